@@ -1,0 +1,28 @@
+"""autoplace: measured, provably optimal device placement for Apache TVM Relax models.
+
+Data flows one way through the package:
+``frontend`` (read a model) -> ``graph`` (networkx view) -> ``profile`` (measured costs) ->
+``cost_model`` (predicted costs) -> ``solve`` (placement problem -> plan) -> ``emit`` (annotated
+Relax) -> ``build`` (compile, run) -> ``compare`` (measure plans side by side).
+"""
+
+from .errors import AssignmentError, AutoplaceError, ModelError, TargetError
+from .frontend import Model, load_model
+from .graph import op_graph
+from .place import Placement, place
+from .targets import TargetSet
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AssignmentError",
+    "AutoplaceError",
+    "Model",
+    "ModelError",
+    "Placement",
+    "TargetError",
+    "TargetSet",
+    "load_model",
+    "op_graph",
+    "place",
+]

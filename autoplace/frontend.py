@@ -1,0 +1,380 @@
+"""Read a model into the one form the rest of autoplace works on: a :class:`Model`.
+
+Accepted inputs: a Relax ``IRModule`` (TVMScript or ``relax.BlockBuilder``), a ``torch.nn.Module``
+(with example inputs) or ``torch.export.ExportedProgram``, an ONNX ``ModelProto`` or ``.onnx`` path,
+or a ``.py``/``.tvmscript`` file holding TVMScript. Weights are function parameters of ``main`` after
+its ``num_input`` model inputs, and ``params`` holds their values (as returned by
+``relax.frontend.detach_params``).
+
+Normalisation makes ``main`` easy to place:
+
+* every constant tensor in ``main`` becomes a weight parameter (the VM would otherwise copy all
+  constants to device 0 at init, apache/tvm#17884, and a kernel on another device would read them there);
+* every binding variable gets a unique name, so a node of the graph view is named by its variable
+  exactly as it prints in TVMScript;
+* shapes must be static (placement costs depend on them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .errors import ModelError
+
+
+@dataclass
+class Model:
+    """A normalised Relax model: ``main(*inputs, *weights)`` plus the weight values.
+
+    Attributes
+    ----------
+    mod : tvm.IRModule
+        The normalised module (``main`` has attribute ``num_input``).
+    params : list of numpy.ndarray
+        Weight values, in the order ``main`` takes them after the model inputs.
+    name : str
+        A short name for reports.
+    """
+
+    mod: tvm.IRModule
+    params: list = field(default_factory=list)
+    name: str = "model"
+
+    @property
+    def main(self) -> relax.Function:
+        return self.mod["main"]
+
+    @property
+    def num_input(self) -> int:
+        return int(self.main.attrs["num_input"])
+
+    @property
+    def input_vars(self) -> list:
+        return list(self.main.params[: self.num_input])
+
+    @property
+    def weight_vars(self) -> list:
+        return list(self.main.params[self.num_input :])
+
+    def input_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(name, shape, dtype)`` of every model input."""
+        return [(v.name, _static_shape(v.ty, v.name), str(v.ty.dtype)) for v in self.input_vars]
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Inputs drawn at random (integers in [0, 2) for int dtypes, so they index anything)."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for _, shape, dtype in self.input_specs():
+            if dtype.startswith("int") or dtype.startswith("uint"):
+                out.append(rng.integers(0, 2, size=shape).astype(dtype))
+            elif dtype == "bool":
+                out.append(rng.integers(0, 2, size=shape).astype(bool))
+            else:
+                out.append(rng.standard_normal(shape).astype(dtype))
+        return out
+
+    @property
+    def weight_nbytes(self) -> int:
+        return int(sum(np.asarray(p).nbytes for p in self.params))
+
+
+def _static_shape(ty, what: str) -> tuple[int, ...]:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise ModelError(f"{what}: expected a tensor of known shape, got {ty}")
+    dims = []
+    for dim in ty.shape.values:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            raise ModelError(
+                f"{what} has a dynamic shape {ty.shape}: autoplace places models with static shapes. "
+                "Export the model with fixed input shapes (e.g. no torch.export.Dim), or bind the symbolic "
+                "dimensions with relax.transform.BindSymbolicVars before placing."
+            )
+        dims.append(int(dim))
+    return tuple(dims)
+
+
+def _to_numpy(value) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return np.asarray(value)
+
+
+def load_model(model, params=None, *, example_inputs=None, name: str | None = None) -> Model:
+    """Import and normalise a model.
+
+    Parameters
+    ----------
+    model : tvm.IRModule, torch.nn.Module, torch.export.ExportedProgram, onnx.ModelProto, str or Model
+        The model. A string is a path to an ``.onnx`` file or a Python/TVMScript file that defines an
+        ``IRModule`` class decorated with ``@I.ir_module``.
+    params : list, dict or None
+        Weight values for an ``IRModule``: a list in ``main``'s parameter order, ``{"main": [...]}``
+        as ``detach_params`` returns, or ``{param_name: value}``. ``None``: ``main`` has no weight
+        parameters (or its ``num_input`` attribute says how many of its parameters are inputs, and the
+        rest must then be given).
+    example_inputs : tuple of torch.Tensor, optional
+        Needed for a ``torch.nn.Module``.
+    name : str, optional
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    ModelError
+        If the module has no ``main``, shapes are dynamic, weights are missing, or an import fails.
+    """
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return _load_path(str(model), params, name)
+    if _is_torch(model):
+        mod, params = _from_torch(model, example_inputs)
+        name = name or type(model).__name__
+    elif type(model).__module__.startswith("onnx"):
+        mod, params = _from_onnx(model)
+        name = name or "onnx_model"
+    elif isinstance(model, tvm.IRModule):
+        mod = model
+    else:
+        raise ModelError(
+            f"cannot read a model of type {type(model).__name__}: give a Relax IRModule, a torch.nn.Module "
+            "(with example_inputs), a torch.export.ExportedProgram, an onnx.ModelProto or a path"
+        )
+    return normalize(mod, params, name=name or "model")
+
+
+def _is_torch(model) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, (torch.nn.Module, torch.export.ExportedProgram))
+
+
+def _load_path(path: str, params, name):
+    if not os.path.exists(path):
+        raise ModelError(f"no such model file: {path}")
+    base = os.path.splitext(os.path.basename(path))[0]
+    if path.endswith(".onnx"):
+        try:
+            import onnx
+        except ImportError:
+            raise ModelError("reading .onnx files needs onnx: pip install 'autoplace[frontends]'") from None
+        try:
+            proto = onnx.load(path)
+        except Exception as err:
+            raise ModelError(f"{path} is not a readable ONNX file: {err}") from None
+        mod, params = _from_onnx(proto, path)
+        return normalize(mod, params, name=name or base)
+    source = open(path, encoding="utf-8").read()
+    try:
+        mod = tvm.script.from_source(source)
+    except Exception as err:
+        raise ModelError(f"{path}: cannot parse TVMScript: {str(err).strip().splitlines()[-1]}") from None
+    return normalize(mod, params, name=name or base)
+
+
+def _from_torch(model, example_inputs):
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    if isinstance(model, torch.export.ExportedProgram):
+        program = model
+    elif isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise ModelError("a torch.nn.Module needs example_inputs (a tuple of tensors) to be exported")
+        if not isinstance(example_inputs, tuple):
+            example_inputs = (example_inputs,)
+        try:
+            program = torch.export.export(model.eval(), example_inputs)
+        except Exception as err:
+            raise ModelError(f"torch.export failed for {type(model).__name__}: {err}") from None
+    else:
+        raise ModelError(f"cannot read torch object {type(model).__name__}")
+    try:
+        with torch.no_grad():
+            mod = from_exported_program(program, keep_params_as_input=True)
+    except Exception as err:
+        raise ModelError(f"TVM's PyTorch importer failed: {str(err).strip().splitlines()[-1]}") from None
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, params
+
+
+def _from_onnx(proto, path: str = "the ONNX model"):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        mod = from_onnx(proto, keep_params_in_input=True)
+    except Exception as err:
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ModelError(
+            f"TVM's ONNX importer failed on {path}: {last}. Check the opset (onnx.version_converter) and that "
+            "every input has a static shape."
+        ) from None
+    return relax.frontend.detach_params(mod)
+
+
+def _param_list(main: relax.Function, params) -> tuple[int, list]:
+    """Return (num_input, weight values in order) from whatever form ``params`` came in."""
+    names = [p.name for p in main.params]
+    if isinstance(params, Mapping) and "main" in params and not isinstance(params["main"], np.ndarray):
+        params = list(params["main"])
+    if params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0):
+        num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(names)
+        if num_input != len(names):
+            raise ModelError(
+                f"main takes weights {names[num_input:]} but no params were given: pass params "
+                "(the second value of relax.frontend.detach_params)"
+            )
+        return num_input, []
+    if isinstance(params, Mapping):
+        missing = [n for n in params if n not in names]
+        if missing:
+            raise ModelError(f"params name {missing}, which are not parameters of main; its parameters are {names}")
+        num_input = min(names.index(n) for n in params)
+        expected = names[num_input:]
+        absent = [n for n in expected if n not in params]
+        if absent:
+            raise ModelError(f"weights {absent} of main have no value in params")
+        return num_input, [_to_numpy(params[n]) for n in expected]
+    values = [_to_numpy(p) for p in params]
+    num_input = len(names) - len(values)
+    if num_input < 0:
+        raise ModelError(f"{len(values)} params given but main has only {len(names)} parameters")
+    return num_input, values
+
+
+def normalize(mod: tvm.IRModule, params=None, *, name: str = "model") -> Model:
+    """Normalise a Relax module and its weights into a :class:`Model` (see the module docstring)."""
+    if not isinstance(mod, tvm.IRModule):
+        raise ModelError(f"expected a tvm.IRModule, got {type(mod).__name__}")
+    names = [gv.name_hint for gv in mod.get_global_vars()]
+    if "main" not in names:
+        raise ModelError(
+            f"the module has no function 'main' (it has {names}); autoplace places the function named main: "
+            "rename your entry function to main"
+        )
+    main = mod["main"]
+    if not isinstance(main, relax.Function):
+        raise ModelError("'main' is not a Relax function; autoplace places Relax functions, not TIR PrimFuncs")
+    num_input, weights = _param_list(main, params)
+    for var, value in zip(main.params[num_input:], weights):
+        shape = _static_shape(var.ty, f"weight {var.name}")
+        if tuple(value.shape) != shape:
+            raise ModelError(f"weight {var.name} has shape {value.shape} but main expects {shape}")
+    for var in main.params:
+        _static_shape(var.ty, f"parameter {var.name}")
+    new_main, lifted = _rebuild(main, num_input)
+    weights = weights + lifted
+    new_mod = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"})
+    new_mod["main"] = new_main
+    if mod.global_infos:
+        for key, value in mod.global_infos.items():
+            new_mod.update_global_info(key, value)
+    new_mod = relax.transform.Normalize()(new_mod)
+    return Model(new_mod, weights, name)
+
+
+class _Names:
+    """Unique variable names, in the style the TVMScript printer uses (``lv``, ``lv_1``, ...)."""
+
+    def __init__(self):
+        self.used: set[str] = set()
+
+    def __call__(self, hint: str) -> str:
+        hint = hint or "v"
+        name, k = hint, 0
+        while name in self.used:
+            k += 1
+            name = f"{hint}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _rebuild(main: relax.Function, num_input: int) -> tuple[relax.Function, list[np.ndarray]]:
+    """Re-emit ``main`` with unique names and constants lifted to trailing weight parameters."""
+    names = _Names()
+    var_map: dict = {}
+    new_params = []
+    for var in main.params:
+        new = relax.Var(names(var.name), var.ty)
+        var_map[var] = new
+        new_params.append(new)
+    lifted_vars: list = []
+    lifted_values: list[np.ndarray] = []
+
+    def subst(expr):
+        if isinstance(expr, relax.Var):
+            if expr not in var_map:
+                raise ModelError(f"variable {expr.name} is used before it is bound")
+            return var_map[expr]
+        if _is_tensor_constant(expr):
+            value = expr.value.numpy()
+            var = relax.Var(names(f"const{len(lifted_vars)}"), relax.TensorType(value.shape, str(value.dtype)))
+            lifted_vars.append(var)
+            lifted_values.append(value)
+            return var
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([subst(f) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(subst(expr.tuple_value), expr.index)
+        if isinstance(expr, relax.Call):
+            return relax.Call(expr.op, [subst(a) for a in expr.args], expr.attrs, expr.ty_args)
+        if isinstance(expr, (tvm.ir.Constant, relax.ShapeExpr, relax.ExternFunc, tvm.ir.GlobalVar)):
+            return expr
+        raise ModelError(
+            f"main contains a {type(expr).__name__} expression, which autoplace cannot place "
+            "(control flow and nested functions are not supported): inline or remove it"
+        )
+
+    body = main.body
+    if not isinstance(body, relax.SeqExpr):
+        body = relax.SeqExpr([], body)
+    # Which variables of a dataflow block are used after it (they must be block outputs).
+    used_later: set = set()
+    _collect_vars(body.body, used_later)
+    for block in body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                _collect_vars(binding.value, used_later)
+    new_blocks = []
+    for block in body.blocks:
+        new_bindings = []
+        for binding in block.bindings:
+            if not isinstance(binding, relax.VarBinding):
+                raise ModelError(
+                    f"main binds {binding.var.name} with a {type(binding).__name__} "
+                    "(match_cast: dynamic shapes), which autoplace does not support"
+                )
+            value = subst(binding.value)
+            is_dataflow_var = isinstance(binding.var, relax.DataflowVar)
+            new_name = names(binding.var.name)
+            new_var = (relax.DataflowVar if is_dataflow_var else relax.Var)(new_name, binding.var.ty)
+            var_map[binding.var] = new_var
+            new_bindings.append(relax.VarBinding(new_var, value))
+        if isinstance(block, relax.DataflowBlock):
+            new_blocks.append(relax.DataflowBlock(new_bindings))
+        else:
+            new_blocks.append(relax.BindingBlock(new_bindings))
+    new_body = relax.SeqExpr(new_blocks, subst(body.body))
+    params = new_params + lifted_vars
+    func = relax.Function(params, new_body, main.ret_ty, main.is_pure, main.attrs)
+    func = func.with_attr("num_input", num_input)
+    return func, lifted_values
+
+
+def _is_tensor_constant(expr) -> bool:
+    return isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType)
+
+
+def _collect_vars(expr, out: set) -> None:
+    for var in relax.analysis.free_vars(expr) if not isinstance(expr, relax.Var) else [expr]:
+        out.add(var)

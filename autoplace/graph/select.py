@@ -1,0 +1,66 @@
+"""Naming nodes: a key is a node name (``"lv3"``), an op name (``"relax.nn.conv2d"``: every such op)
+or an instance (``"relax.nn.conv2d#0"``: the first conv2d in program order)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import networkx as nx
+
+from ..errors import AssignmentError
+
+
+def select_nodes(graph: nx.DiGraph, key: str) -> list[str]:
+    """Nodes of ``graph`` that ``key`` names (see the module docstring); ``[]`` when none."""
+    if key in graph:
+        return [key]
+    ops = [n for n, d in graph.nodes(data=True) if d.get("op") == key or d.get("instance") == key]
+    if not ops and "." not in key and "#" not in key:
+        # Short op names: "conv2d" or "nn.conv2d" for "relax.nn.conv2d".
+        ops = [
+            n for n, d in graph.nodes(data=True)
+            if d.get("kind") == "op" and str(d.get("op", "")).split(".")[-1] == key
+        ]
+    return ops
+
+
+def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, target_names, default: str):
+    """Expand a user assignment into ``{node: target}`` for every op, input and output node.
+
+    Keys are applied from the least to the most specific: op names, then instances, then node names,
+    so ``{"relax.nn.conv2d": "gpu", "relax.nn.conv2d#0": "cpu"}`` puts every conv2d but the first on
+    the GPU. Nodes no key names go to ``default``.
+
+    Raises
+    ------
+    AssignmentError
+        A key that names no node, or a value that names no target.
+    """
+    target_names = list(target_names)
+    assignment = dict(assignment or {})
+    result = {n: default for n, d in graph.nodes(data=True) if d.get("kind") in ("op", "input", "output")}
+
+    def rank(key):
+        if key in graph:
+            return 2
+        return 1 if "#" in key else 0
+
+    for key in sorted(assignment, key=rank):
+        target = assignment[key]
+        if target not in target_names:
+            raise AssignmentError(
+                f"assignment {key!r} -> {target!r}: no target named {target!r}; the targets are {target_names}"
+            )
+        nodes = select_nodes(graph, key)
+        if not nodes:
+            ops = sorted({d["op"] for _, d in graph.nodes(data=True) if d.get("kind") == "op"})
+            raise AssignmentError(
+                f"assignment key {key!r} names no node of the model: use a node name as it prints in TVMScript "
+                f"(e.g. {graph.graph.get('order', ['lv'])[:3]}), an op name (one of {ops[:8]}...) or an "
+                f"instance like 'relax.nn.conv2d#0'"
+            )
+        for node in nodes:
+            if graph.nodes[node].get("kind") == "weight":
+                continue  # weights follow their consumers
+            result[node] = target
+    return result

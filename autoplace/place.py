@@ -1,0 +1,124 @@
+"""``autoplace.place``: apply a placement given by hand (or by the solver) and run it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .emit import AnnotatedModule, annotate
+from .frontend import Model, load_model
+from .graph import op_graph, resolve_assignment
+from .targets import TargetSet
+
+
+@dataclass
+class Placement:
+    """A model placed on targets: the annotated module, its weights and a runner.
+
+    Attributes
+    ----------
+    mod : tvm.IRModule
+        Standard Relax with vdevices on every tensor and explicit ``R.to_vdevice`` copies.
+    params : list of numpy.ndarray
+        Weights in the order ``main`` takes them after the model inputs.
+    devices : list of tvm.runtime.Device
+        The runtime devices in vdevice order (give them to ``relax.VirtualMachine`` in this order).
+    assignment : dict
+        ``{node: target}`` for every op, input and output node of :attr:`graph`.
+    """
+
+    model: Model
+    graph: nx.DiGraph
+    targets: TargetSet
+    assignment: dict
+    annotated: AnnotatedModule
+    fuse: bool = True
+    _runner: object = field(default=None, repr=False)
+    _executable: object = field(default=None, repr=False)
+
+    @property
+    def mod(self):
+        return self.annotated.mod
+
+    @property
+    def params(self) -> list:
+        return self.annotated.params
+
+    @property
+    def devices(self) -> list:
+        return self.targets.devices
+
+    @property
+    def copies(self) -> list[dict]:
+        """Every ``to_vdevice`` in the module: source variable, src/dst target and bytes."""
+        return self.annotated.copies
+
+    def build(self):
+        """Compile once with autoplace's per-device fusing build (cached)."""
+        if self._executable is None:
+            from .build import build
+
+            self._executable = build(self.mod, fuse=self.fuse)
+        return self._executable
+
+    @property
+    def runner(self):
+        if self._runner is None:
+            from .build import Runner
+
+            a = self.annotated
+            self._runner = Runner(self.build(), self.targets, a.params, a.param_targets, a.input_targets)
+        return self._runner
+
+    def run(self, *inputs):
+        """Run on numpy inputs (given on the host); returns numpy, a tuple for several outputs."""
+        return self.runner(*inputs)
+
+    def ops_per_target(self) -> dict[str, int]:
+        counts = {t: 0 for t in self.targets}
+        for node, target in self.assignment.items():
+            if self.graph.nodes[node].get("kind") == "op":
+                counts[target] += 1
+        return counts
+
+    def __repr__(self) -> str:
+        per = ", ".join(f"{t}: {n} ops" for t, n in self.ops_per_target().items())
+        nbytes = sum(c["nbytes"] for c in self.copies)
+        return f"Placement({self.model.name}; {per}; {len(self.copies)} copies, {nbytes} bytes)"
+
+
+def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets=None, *, fuse: bool = True,
+          example_inputs=None) -> Placement:
+    """Place a model by hand and emit it as annotated Relax.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule, torch.nn.Module, onnx.ModelProto, path or Model
+        The model (see :func:`autoplace.load_model`).
+    params : list or dict, optional
+        Its weights (as ``relax.frontend.detach_params`` returns them).
+    assignment : dict, optional
+        ``{key: target name}``; a key is a node name as it prints in TVMScript (``"lv3"``), an op name
+        (``"relax.nn.conv2d"``) or an instance (``"relax.nn.conv2d#0"``). A model input's name sets
+        where it arrives; ``"output"`` sets where the outputs return. Unassigned nodes go to the first
+        target.
+    targets : dict
+        ``{name: target}``, see :class:`autoplace.targets.TargetSet`. Default ``{"cpu": "llvm"}``.
+
+    Returns
+    -------
+    Placement
+
+    Examples
+    --------
+    >>> p = place(mod, params, {"relax.nn.conv2d": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})  # doctest: +SKIP
+    >>> p.run(x)  # doctest: +SKIP
+    """
+    targets = TargetSet(targets if targets is not None else {"cpu": "llvm"})
+    model = load_model(mod, params, example_inputs=example_inputs)
+    graph = op_graph(model)
+    full = resolve_assignment(graph, assignment, targets, default=targets.host.name)
+    annotated = annotate(model, graph, full, targets)
+    return Placement(model, graph, targets, full, annotated, fuse)
