@@ -40,14 +40,14 @@ class Runner:
         self.vm = relax.VirtualMachine(executable, self.targets.devices)
         self.input_targets = list(input_targets)
         self.weights = [
-            tvm.runtime.tensor(np.ascontiguousarray(p), self.targets[t].device) for p, t in zip(params, param_targets)
+            tvm.runtime.tensor(np.asarray(p, order="C"), self.targets[t].device) for p, t in zip(params, param_targets)
         ]
 
     def device_inputs(self, inputs) -> list:
         if len(inputs) != len(self.input_targets):
             raise ValueError(f"the model takes {len(self.input_targets)} inputs, got {len(inputs)}")
         return [
-            tvm.runtime.tensor(np.ascontiguousarray(x), self.targets[t].device) for x, t in zip(inputs, self.input_targets)
+            tvm.runtime.tensor(np.asarray(x, order="C"), self.targets[t].device) for x, t in zip(inputs, self.input_targets)
         ]
 
     def __call__(self, *inputs):

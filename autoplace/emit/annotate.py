@@ -84,6 +84,7 @@ class _Emitter:
         self.var_map: dict = {}
         self.weight_copies: dict = {}  # original weight var -> {target: new param var}
         self.weight_index: dict = {}
+        self.weight_alias: dict = {}  # binding var -> the weight parameter it renames
         self.copy_cache: dict = {}
         self.bindings: list = []
         self.in_dataflow = False
@@ -127,6 +128,7 @@ class _Emitter:
     def on(self, expr, dst: str, dataflow: bool):
         """``expr`` (an argument, in original vars) rewritten so every tensor it reads is on ``dst``."""
         if isinstance(expr, relax.Var):
+            expr = self.weight_alias.get(expr, expr)
             if expr in self.weight_index:
                 return self._weight_on(expr, dst)
             new = self.var_map[expr]
@@ -174,6 +176,8 @@ class _Emitter:
         return self._copy(self.copy_cache[key], dst, dataflow)
 
     def location_of(self, expr):
+        if isinstance(expr, relax.Var) and self.weight_alias.get(expr, expr) in self.weight_index:
+            return self.targets.host.name
         if isinstance(expr, relax.Var):
             return self.location.get(self.var_map.get(expr, expr))
         if isinstance(expr, relax.Tuple):
@@ -189,7 +193,7 @@ class _Emitter:
         main = model.main
         inputs = model.input_vars
         weights = model.weight_vars
-        for var in main.params:
+        for var in inputs:
             self.names.add(var.name)
         new_inputs, input_targets = [], []
         for var in inputs:
@@ -254,6 +258,11 @@ class _Emitter:
             new_value, loc = self.on_tuple_field(value)
             new = var_cls(var.name, _retype(var.ty, loc, self.targets))
             self.location[new] = loc
+        elif kind == "alias" and self.weight_alias.get(value, value) in self.weight_index:
+            # ``x = weight``: x is that weight, placed wherever x is used.
+            self.weight_alias[var] = self.weight_alias.get(value, value)
+            self.names.add(var.name)
+            return
         else:  # tuple / alias: fields stay where they are
             new_value = _rebuild_struct(self, value)
             loc = self.location_of(value)
@@ -266,6 +275,7 @@ class _Emitter:
 
 def _rebuild_struct(emitter, expr):
     if isinstance(expr, relax.Var):
+        expr = emitter.weight_alias.get(expr, expr)
         if expr in emitter.weight_index:
             return emitter._weight_on(expr, emitter.targets.host.name)
         return emitter.var_map[expr]

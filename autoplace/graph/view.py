@@ -70,7 +70,7 @@ def _jsonable(value):
         return value
     if isinstance(value, (list, tuple, tvm.ir.Array)) or type(value).__name__ == "Array":
         return [_jsonable(v) for v in value]
-    if isinstance(value, tvm.ir.IntImm) or type(value).__name__ == "IntImm":
+    if type(value).__name__ == "IntImm":
         return int(value)
     if type(value).__name__ == "FloatImm":
         return float(value)

@@ -1,0 +1,328 @@
+"""The heterogeneous build: fuse within each device, schedule GPU kernels, compile once.
+
+TVM's stock recipe for a module with several vdevices (``RealizeVDevice -> LegalizeOps ->
+DefaultGPUSchedule -> tvm.compile``) does not fuse, and running ``FuseOps``/``FuseTIR`` on such a
+module loses the ``target`` attribute ``LegalizeOps`` puts on each kernel, so a fused CPU kernel
+can be compiled (and scheduled) for the GPU. :func:`lower` fuses and then gives every fused kernel
+back the target of the vdevice its ``call_tir`` writes to. ``FuseOps`` never fuses across a
+``to_vdevice`` (it is not a TIR call), so every fused kernel reads and writes one device only.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..targets import TargetSet
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _call_targets(mod: tvm.IRModule) -> dict:
+    """``{prim_func GlobalVar: set of target kinds-with-ids}`` from every call_tir in Relax functions."""
+    found: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR):
+            callee = expr.args[0]
+            ty = expr.ty
+            vdevice = _first_vdevice(ty)
+            found.setdefault(callee, []).append(vdevice)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _is_tensor_constant(expr) -> bool:
+    return isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType)
+
+
+def _set_vdevice(ty, vdevice):
+    return relax.TensorType(ty.shape, ty.dtype, vdevice)
+
+
+def _first_vdevice(ty):
+    if isinstance(ty, relax.TensorType):
+        return ty.vdevice
+    if isinstance(ty, tvm.ir.TupleType):
+        for field in ty.fields:
+            vdevice = _first_vdevice(field)
+            if vdevice is not None:
+                return vdevice
+    return None
+
+
+def _vdevice_types(func: relax.Function) -> dict:
+    """``{binding var name: type}`` for every binding whose type carries a vdevice."""
+    types = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if _first_vdevice(binding.var.ty) is not None:
+                types[binding.var.name] = binding.var.ty
+    return types
+
+
+def _same_vdevice(a, b) -> bool:
+    return a.target.kind.name == b.target.kind.name and int(a.vdevice_id) == int(b.vdevice_id)
+
+
+def restore_vdevices(func: relax.Function, types: dict, first_vdevice=None) -> relax.Function:
+    """Put back the vdevice that ``LegalizeOps`` drops from some ops' outputs (conv2d, pooling...
+    in TVM 0.27): each ``call_tir`` gets its binding's annotated output type again, so its output is
+    allocated on the right device and its kernel is compiled for the right target.
+
+    ``LegalizeOps`` also folds some ops into constants (``arange`` with constant bounds). The VM puts
+    every constant on the first device, so a constant read by a kernel on another device is copied
+    there with one ``to_vdevice`` per (constant, device), bound before its first use.
+    """
+    var_map: dict = {}
+    changed = False
+    const_copies: dict = {}
+
+    def subst(expr):
+        if isinstance(expr, relax.Var):
+            return var_map.get(expr, expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([subst(f) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(subst(expr.tuple_value), expr.index)
+        if isinstance(expr, relax.Call):
+            return relax.Call(expr.op, [subst(a) for a in expr.args], expr.attrs, expr.ty_args)
+        return expr
+
+    blocks = []
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            var, value = binding.var, subst(binding.value)
+            want = types.get(var.name)
+            if (
+                want is not None
+                and isinstance(value, relax.Call)
+                and value.op.same_as(_CALL_TIR)
+                and _first_vdevice(var.ty) is None
+            ):
+                value = relax.Call(value.op, value.args, value.attrs, [want])
+                new_var = type(var)(var.name, want)
+                var_map[var] = new_var
+                var = new_var
+                changed = True
+            if want is not None and _is_tensor_constant(value) and first_vdevice is not None:
+                # An op folded into a constant by its legalizer: copy it from the first device.
+                target_vdevice = _first_vdevice(want)
+                if not _same_vdevice(target_vdevice, first_vdevice):
+                    value = relax.op.to_vdevice(value, target_vdevice)
+                    new_var = type(var)(var.name, want)
+                    var_map[var] = new_var
+                    var = new_var
+                    changed = True
+            out_vdevice = _first_vdevice(var.ty)
+            if (
+                first_vdevice is not None
+                and out_vdevice is not None
+                and isinstance(value, relax.Call)
+                and value.op.same_as(_CALL_TIR)
+                and not _same_vdevice(out_vdevice, first_vdevice)
+            ):
+                args = list(value.args[1].fields) if isinstance(value.args[1], relax.Tuple) else None
+                if args is not None and any(_is_tensor_constant(a) for a in args):
+                    new_args = []
+                    for arg in args:
+                        if _is_tensor_constant(arg):
+                            key = (arg, int(out_vdevice.vdevice_id), out_vdevice.target.kind.name)
+                            if key not in const_copies:
+                                copy = relax.DataflowVar(f"const{len(const_copies)}_to_device",
+                                                         _set_vdevice(arg.ty, out_vdevice))
+                                if not isinstance(block, relax.DataflowBlock):
+                                    copy = relax.Var(copy.name, copy.ty)
+                                bindings.append(relax.VarBinding(copy, relax.op.to_vdevice(arg, out_vdevice)))
+                                const_copies[key] = copy
+                            arg = const_copies[key]
+                        new_args.append(arg)
+                    value = relax.Call(value.op, [value.args[0], relax.Tuple(new_args)] + list(value.args[2:]),
+                                       value.attrs, value.ty_args)
+                    changed = True
+            bindings.append(relax.VarBinding(var, value))
+        blocks.append(type(block)(bindings))
+    if not changed:
+        return func
+    body = relax.SeqExpr(blocks, subst(func.body.body))
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+
+
+def retarget_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give each PrimFunc the target of the vdevice its calls write to (see the module docstring).
+
+    A kernel called on devices of different kinds is cloned, one copy per kind.
+    """
+    calls = _call_targets(mod)
+    updates = {}
+    for gvar, vdevices in calls.items():
+        func = mod[gvar]
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        kinds = {str(v.target.kind.name): v.target for v in vdevices if v is not None}
+        if len(kinds) > 1:
+            raise NotImplementedError(
+                f"kernel {gvar.name_hint} is called on targets {sorted(kinds)}; FuseTIR deduplicated it"
+            )
+        if not kinds:
+            continue
+        target = next(iter(kinds.values()))
+        current = func.attrs.get("target") if func.attrs else None
+        if current is None or current.kind.name != target.kind.name:
+            updates[gvar] = func.with_attr("target", target)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """Apply TVM's default GPU schedules (dlight, as the CUDA pipeline does) to the CUDA kernels only."""
+    from tvm.s_tir import dlight as dl
+
+    gpu = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and "target" in func.attrs:
+            if func.attrs["target"].kind.name == "cuda":
+                gpu[gvar] = func
+    if not gpu:
+        return mod
+    sub = tvm.IRModule(gpu)
+    sub = dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+    )(sub)
+    sub = tvm.s_tir.transform.DefaultGPUSchedule()(sub)
+    for gvar, func in sub.functions_items():
+        mod[gvar] = func
+    return mod
+
+
+def lower(mod: tvm.IRModule, *, fuse: bool = True) -> tvm.IRModule:
+    """Relax-level lowering of an annotated module: legalize, fuse per device, schedule GPU kernels.
+
+    The returned module holds the fused kernels exactly as :func:`build` compiles them; the profiler
+    measures these same kernels.
+    """
+    types = _vdevice_types(mod["main"])  # before RealizeVDevice, which drops some (arange's)
+    mod = relax.transform.RealizeVDevice()(mod)
+    mod = tvm.transform.Sequential(
+        [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), relax.transform.LegalizeOps()]
+    )(mod)
+    vdevices = mod.global_infos.get("vdevice") if mod.global_infos else None
+    mod["main"] = restore_vdevices(mod["main"], types, vdevices[0] if vdevices else None)
+    mod = relax.transform.Normalize()(mod)
+    # No FoldConstant: a folded constant would be copied to device 0 by the VM (apache/tvm#17884).
+    passes = [relax.transform.AnnotateTIROpPattern()]
+    if fuse:
+        passes += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    mod = tvm.transform.Sequential(passes)(mod)
+    mod = retarget_kernels(mod)
+    mod = relax.transform.DeadCodeElimination()(mod)
+    return _schedule_gpu_kernels(mod)
+
+
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.builtin.alloc_tensor")
+_ALLOC_STORAGE = tvm.ir.Op.get("relax.memory.alloc_storage")
+_TAG = "@autoplace-device"
+
+
+def _rewrite_alloc_scopes(func: relax.Function, tag: bool) -> relax.Function:
+    """Tag (or untag) the storage scope of every allocation with its device index.
+
+    ``StaticPlanBlockMemory`` pools reusable storage by (scope, dtype) only, so a buffer freed on one
+    device can be reused for a tensor on another (TVM 0.27: a kernel then receives an output on the
+    wrong device, "Mismatched ...device_id"). Tagging the scope with the device index before planning
+    keeps the pools apart; untagging afterwards restores the real scope.
+    """
+    blocks = []
+    changed = False
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call):
+                if tag and value.op.same_as(_ALLOC_TENSOR):
+                    scope = str(value.args[3].value)
+                    device_index = int(value.args[2].value)
+                    args = list(value.args[:3]) + [tvm.ir.StringImm(f"{scope}{_TAG}{device_index}")]
+                    value = relax.Call(value.op, args, value.attrs, value.ty_args, ret_ty=value.ty)
+                    changed = True
+                elif not tag and (value.op.same_as(_ALLOC_TENSOR) or value.op.same_as(_ALLOC_STORAGE)):
+                    idx = 3 if value.op.same_as(_ALLOC_TENSOR) else 2
+                    scope = str(value.args[idx].value)
+                    if _TAG in scope:
+                        args = list(value.args)
+                        args[idx] = tvm.ir.StringImm(scope.split(_TAG)[0])
+                        value = relax.Call(value.op, args, value.attrs, value.ty_args, ret_ty=value.ty)
+                        changed = True
+                if changed:
+                    binding = relax.VarBinding(binding.var, value)
+            bindings.append(binding)
+        blocks.append(type(block)(bindings))
+    if not changed:
+        return func
+    body = relax.SeqExpr(blocks, func.body.body)
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+
+
+def _scope_pass(tag: bool):
+    @tvm.transform.module_pass(opt_level=0, name="AutoplaceTagAllocScopes" if tag else "AutoplaceUntagAllocScopes")
+    def _pass(mod, _ctx):
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+                mod[gvar] = _rewrite_alloc_scopes(func, tag)
+        return mod
+
+    return _pass
+
+
+def vm_pipeline() -> tvm.transform.Pass:
+    """TVM's default Relax build pipeline with device-aware static memory planning."""
+    return tvm.transform.Sequential(
+        [
+            relax.transform.RewriteDataflowReshape(),
+            relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(),
+            relax.transform.CallTIRRewrite(),
+            _scope_pass(tag=True),
+            relax.transform.StaticPlanBlockMemory(),
+            _scope_pass(tag=False),
+            relax.transform.RewriteCUDAGraph(),
+            relax.transform.LowerAllocTensor(),
+            relax.transform.KillAfterLastUse(),
+            relax.transform.LowerRuntimeBuiltin(),
+            relax.transform.ComputePrimValue(),
+            relax.transform.VMShapeLower(),
+            relax.transform.AttachGlobalSymbol(),
+        ]
+    )
+
+
+def build(mod: tvm.IRModule, targets: TargetSet | None = None, *, fuse: bool = True):
+    """Compile an annotated module into a Relax VM executable.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module whose ``vdevice`` global info lists the targets (as :func:`autoplace.emit.annotate` writes).
+    targets : TargetSet, optional
+        Unused for compilation (the vdevices say it all); accepted for symmetry with the runner.
+    fuse : bool
+        Fuse ops within each device (default). ``False`` compiles one kernel per op.
+    """
+    return tvm.compile(lower(mod, fuse=fuse), relax_pipeline=vm_pipeline())
+
+
+def stock_build(mod: tvm.IRModule):
+    """TVM's own recipe for multi-vdevice modules (no fusion), as in tests/python/relax/test_vm_multi_device.py.
+
+    Note: its memory planner can hand a buffer freed on one device to a tensor on another (see
+    :func:`_rewrite_alloc_scopes`); :func:`build` does not have that bug.
+    """
+    mod = relax.transform.RealizeVDevice()(mod)
+    mod = relax.transform.LegalizeOps()(mod)
+    mod = tvm.s_tir.transform.DefaultGPUSchedule()(mod)
+    return tvm.compile(mod)

@@ -1,0 +1,143 @@
+"""Reference placements: everything on one target, greedy, by hand, and exhaustive search.
+
+Each function returns target numbers per node (``numpy.ndarray`` of int); :func:`autoplace.solve.solve`
+turns them into validated plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .cost import batch_objective_us, evaluate
+from .errors import InfeasiblePlacementError, PlacementError
+from .problem import PlacementProblem
+
+__all__ = ["all_on", "greedy", "manual", "brute_force", "check_memory"]
+
+
+def _names(problem: PlacementProblem, rows) -> str:
+    rows = list(rows)
+    shown = [problem.nodes[i] for i in rows[:5]]
+    return f"{shown}" + (f" (and {len(rows) - 5} more)" if len(rows) > 5 else "")
+
+
+def check_memory(problem: PlacementProblem, target_of: np.ndarray, method: str) -> None:
+    """Raise :class:`InfeasiblePlacementError` if a placement breaks a memory cap."""
+    if not problem.has_memory_caps:
+        return
+    used = evaluate(problem, target_of).memory_bytes
+    over = np.nonzero(used > problem.memory_bytes)[0]
+    if len(over):
+        d = int(over[0])
+        t = problem.targets[d]
+        raise InfeasiblePlacementError(
+            f"the {method} placement uses {int(used[d])} bytes on {t}, above its memory cap of "
+            f"{int(problem.memory_bytes[d])} bytes: raise memory_bytes[{t!r}] or use an "
+            "optimal method (method='auto'), which respects the caps"
+        )
+
+
+def all_on(problem: PlacementProblem, target: str) -> np.ndarray:
+    """Every node on ``target``.
+
+    Raises
+    ------
+    PlacementError
+        If ``target`` is unknown, does not support some nodes, or some nodes are pinned
+        elsewhere (the message names them).
+    """
+    p = problem
+    if target not in p.targets:
+        raise PlacementError(f"unknown target {target!r}: the problem's targets are {list(p.targets)}")
+    d = p.targets.index(target)
+    unsupported = np.nonzero(~np.isfinite(p.latency_us[:, d]))[0]
+    if len(unsupported):
+        raise InfeasiblePlacementError(
+            f"cannot put everything on {target}: it does not support nodes {_names(p, unsupported)}; "
+            f"add {target!r} to their latency_us or choose another method"
+        )
+    pinned_elsewhere = np.nonzero((p.pinned >= 0) & (p.pinned != d))[0]
+    if len(pinned_elsewhere):
+        raise InfeasiblePlacementError(
+            f"cannot put everything on {target}: nodes {_names(p, pinned_elsewhere)} are pinned "
+            "to other targets; unpin them or choose another method"
+        )
+    return np.full(p.n_nodes, d, dtype=np.int64)
+
+
+def greedy(problem: PlacementProblem) -> np.ndarray:
+    """Every node on its fastest allowed target (pins honoured, copies ignored; ties: first target)."""
+    lat = np.where(problem.allowed, problem.latency_us, np.inf)
+    return lat.argmin(axis=1).astype(np.int64)
+
+
+def manual(problem: PlacementProblem, assignment: Mapping | None) -> np.ndarray:
+    """The placement given by hand as ``{node: target}``; every node must be listed.
+
+    Raises
+    ------
+    PlacementError
+        If ``assignment`` is missing, leaves out nodes, names unknown targets, or breaks a pin
+        or support (the message names the node).
+    """
+    p = problem
+    if assignment is None:
+        raise PlacementError("method='manual' needs `assignment`, a {node: target} dict")
+    target_of = p.assignment_index(assignment)
+    bad = np.nonzero(~p.allowed[np.arange(p.n_nodes), target_of])[0]
+    if len(bad):
+        i = int(bad[0])
+        t = p.targets[target_of[i]]
+        why = (
+            f"it is pinned to {p.targets[p.pinned[i]]!r}"
+            if p.pinned[i] >= 0 and np.isfinite(p.latency_us[i, target_of[i]])
+            else f"{t!r} does not support it"
+        )
+        raise PlacementError(f"the manual assignment puts node {p.nodes[i]!r} on {t!r} but {why}")
+    return target_of
+
+
+def brute_force(problem: PlacementProblem, max_assignments: int = 2_000_000, chunk: int = 65_536) -> np.ndarray:
+    """The optimal placement by trying every one (tiny problems only; a test reference).
+
+    Enumerates every combination of allowed targets, costs them in batches with
+    :func:`.cost.batch_objective_us`, and keeps the cheapest that fits the memory caps (the
+    first in enumeration order among equals).
+
+    Raises
+    ------
+    PlacementError
+        If there are more than ``max_assignments`` combinations.
+    InfeasiblePlacementError
+        If none fits the memory caps.
+    """
+    p = problem
+    options = [np.nonzero(row)[0] for row in p.allowed]
+    sizes = np.array([len(o) for o in options], dtype=np.int64)
+    total = int(np.prod(sizes.astype(float))) if len(sizes) else 1
+    if total > max_assignments:
+        raise PlacementError(
+            f"brute force would try {total} placements (limit {max_assignments}): use method='auto'"
+        )
+    if p.n_nodes == 0:
+        return np.zeros(0, dtype=np.int64)
+    table = np.full((p.n_nodes, int(sizes.max())), -1, dtype=np.int64)
+    for i, o in enumerate(options):
+        table[i, : len(o)] = o
+    stride = np.concatenate([[1], np.cumprod(sizes)[:-1]])
+    best, best_obj = None, np.inf
+    for first in range(0, total, chunk):
+        idx = np.arange(first, min(first + chunk, total), dtype=np.int64)
+        digits = (idx[:, None] // stride[None, :]) % sizes[None, :]
+        A = table[np.arange(p.n_nodes)[None, :], digits]
+        obj, memory = batch_objective_us(p, A)
+        obj = np.where((memory <= p.memory_bytes[None, :]).all(axis=1), obj, np.inf)
+        j = int(np.argmin(obj))
+        if obj[j] < best_obj:
+            best, best_obj = A[j].copy(), obj[j]
+    if best is None:
+        caps = {t: int(c) for t, c in zip(p.targets, p.memory_bytes) if np.isfinite(c)}
+        raise InfeasiblePlacementError(f"no placement fits the memory caps {caps}: raise memory_bytes")
+    return best

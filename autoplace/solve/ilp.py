@@ -1,0 +1,670 @@
+r"""Optimal placement on any number of targets, with memory caps, as an integer program.
+
+Formulation
+-----------
+Sets: nodes :math:`i`, targets :math:`d, s`, tensors :math:`t` (made by node :math:`p(t)`,
+consumed by nodes :math:`u \in C(t)`). Data: ``latency_us`` :math:`L_{i,d}`, copy latency
+:math:`W_{t,s,d}` (``PlacementProblem.copy_latency_us``; 0 for resident tensors), footprint
+:math:`F_i` = ``weight_bytes + output_bytes``, memory cap :math:`M_d`. :math:`A_i` is the set
+of targets node :math:`i` may use (supported, and the pinned one only if pinned).
+
+Variables:
+
+* :math:`x_{i,d} \in \{0,1\}`, node :math:`i` runs on target :math:`d`; fixed to 0 for
+  :math:`d \notin A_i`.
+* :math:`c_{t,s,d} \in [0,1]`, tensor :math:`t` is copied from :math:`s` to :math:`d \ne s`;
+  created only where :math:`s \in A_{p(t)}` and some consumer may run on :math:`d`, and only
+  for tensors whose copies cost something (all tensors when memory is capped). Integral at
+  every optimum once the :math:`x` are, so left continuous.
+* :math:`y_{i,d} \in [0,1]`, node :math:`i` is present on capped target :math:`d` through a
+  copy; only for nodes with two or more tensors (for a node with one tensor,
+  :math:`\sum_s c_{t,s,d}` is that indicator already).
+
+Objective (microseconds; serial sum of latencies)::
+
+    minimise  sum_{i,d} L[i,d] x[i,d]  +  sum_{t,s,d} W[t,s,d] c[t,s,d]
+
+Constraints:
+
+(a) one target per node: :math:`\sum_d x_{i,d} = 1` for every node :math:`i`.
+(b) a tensor is copied to every target where one of its consumers runs, unless made there:
+    :math:`\sum_{s \ne d} c_{t,s,d} \ge x_{u,d} - x_{p(t),d}` for every use
+    :math:`(t, u)` and target :math:`d \in A_u`. One copy per (tensor, destination) serves
+    every consumer there, which is why this is per consumer but the copy variable is not.
+(c) a copy leaves from where the tensor was made: :math:`c_{t,s,d} \le x_{p(t),s}`.
+    Together with (b) the copy is charged at the right source's price, and an LP
+    relaxation cannot buy it from a cheaper, fractional source beyond :math:`x_{p,s}`.
+(d) memory, for every capped target :math:`d`:
+    :math:`\sum_i F_i x_{i,d} + \sum_{t:\,p(t)\text{ has one tensor}} F_{p(t)} \sum_s c_{t,s,d}
+    + \sum_i F_i y_{i,d} \le M_d` (rows divided by :math:`M_d` for scaling).
+(e) presence of a multi-tensor node on a capped target through any of its tensors:
+    :math:`y_{p(t),d} \ge \sum_s c_{t,s,d}`.
+
+With (b) and (c) the LP relaxation is strong: on two targets it is the min-cut LP (integral);
+on three random layered DAGs of 10,000 nodes its bound was within 0.1 % of the optimum.
+
+Solving
+-------
+Small models go straight to HiGHS' branch and bound (:func:`scipy.optimize.milp`). Large
+models (more than ``LP_FIRST_NNZ`` nonzeros), where even HiGHS' root LP takes many
+seconds, go through phases that each respect the deadline:
+
+1. the LP relaxation by PDLP (first-order, fast to moderate accuracy). Its dual values give
+   a proven lower bound whatever their accuracy, through the Lagrangian
+   :math:`\min_{l \le x \le u} (c - A^\top y)^\top x + b(y)^\top y` (row duals clipped to the
+   sign their row allows);
+2. a placement by rounding the LP (each node to its largest :math:`x_{i,d}`), improved by
+   single-node moves (best move first, until none helps) when memory is not capped;
+3. branch and bound on the nodes the LP left fractional (the others fixed), to improve it;
+4. branch and bound on the whole model with the remaining time, if the gap is still above
+   the tolerance.
+
+The best placement found and the best bound proven are returned; the gap is computed from
+the placement's cost recomputed in floating point.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import InfeasiblePlacementError, PlacementError
+from .plan import relative_gap as gap_of
+from .problem import PlacementProblem
+
+__all__ = ["IlpModel", "build_model", "solve_ilp", "improve_by_moves", "LP_FIRST_NNZ"]
+
+#: Models with more nonzeros than this start with the PDLP phases (see module docstring).
+LP_FIRST_NNZ = 150_000
+
+
+@dataclass
+class IlpModel:
+    """The integer program of a placement problem, as arrays (see the module docstring).
+
+    Attributes
+    ----------
+    cost : numpy.ndarray
+        Objective coefficient of every variable (microseconds).
+    lower, upper : numpy.ndarray
+        Variable bounds.
+    integral : numpy.ndarray of bool
+        Which variables are integer (the :math:`x`).
+    matrix : scipy.sparse.csr_array
+        Constraint matrix, rows ``row_lower <= matrix @ v <= row_upper``.
+    row_lower, row_upper : numpy.ndarray
+    blocks : list of (label, first_row, n_rows)
+        Which rows implement which labelled constraint of the formulation.
+    n_x : int
+        The first ``n_x`` variables are :math:`x_{i,d}` at index ``i * n_targets + d``.
+    copy_tensor, copy_src, copy_dst : numpy.ndarray
+        Tensor, source and destination of each copy variable (at ``n_x + j``).
+    """
+
+    cost: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    integral: np.ndarray
+    matrix: sp.csr_array
+    row_lower: np.ndarray
+    row_upper: np.ndarray
+    n_x: int
+    copy_tensor: np.ndarray
+    copy_src: np.ndarray
+    copy_dst: np.ndarray
+    blocks: list = field(default_factory=list)
+
+    @property
+    def n_vars(self) -> int:
+        return len(self.cost)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.matrix.nnz)
+
+    def block(self, label: str) -> slice:
+        """Rows of the constraint whose label starts with ``label`` (e.g. ``"(b)"``)."""
+        for name, first, count in self.blocks:
+            if name.startswith(label):
+                return slice(first, first + count)
+        raise KeyError(label)
+
+
+class _Rows:
+    """Collects constraint rows as (row, column, value) triples, block by block."""
+
+    def __init__(self):
+        self.rows, self.cols, self.vals = [], [], []
+        self.lower, self.upper = [], []
+        self.blocks = []
+        self.n = 0
+
+    def add(self, label, n_rows, row, col, val, lower, upper):
+        row = np.asarray(row, dtype=np.int64)
+        self.rows.append(row + self.n)
+        self.cols.append(np.asarray(col, dtype=np.int64))
+        self.vals.append(np.broadcast_to(np.asarray(val, dtype=np.float64), row.shape))
+        self.lower.append(np.broadcast_to(np.asarray(lower, dtype=np.float64), (n_rows,)))
+        self.upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), (n_rows,)))
+        self.blocks.append((label, self.n, n_rows))
+        self.n += n_rows
+
+    def matrix(self, n_cols):
+        if not self.rows:
+            return sp.csr_array((0, n_cols)), np.zeros(0), np.zeros(0)
+        m = sp.csr_array(
+            (np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
+            shape=(self.n, n_cols),
+        )
+        m.sum_duplicates()
+        return m, np.concatenate(self.lower), np.concatenate(self.upper)
+
+
+def build_model(problem: PlacementProblem) -> IlpModel:
+    """Build the integer program of the module docstring with numpy, no per-variable loop.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+
+    Returns
+    -------
+    IlpModel
+    """
+    p = problem
+    n, k, m = p.n_nodes, p.n_targets, p.n_tensors
+    allowed = p.allowed
+    capped = np.isfinite(p.memory_bytes)
+    ut, uc = p.use_tensor, p.use_consumer
+    prod = p.tensor_producer
+    W = p.copy_latency_us
+
+    n_x = n * k
+    x_cost = np.where(allowed, p.latency_us, 0.0).ravel()
+    x_upper = allowed.astype(np.float64).ravel()
+
+    # which tensors need copy variables, and which (s, d) pairs are possible for them
+    modelled = (W > 0).any(axis=(1, 2)) | capped.any()
+    prod_allowed = allowed[prod]  # (m, k)
+    dest_possible = np.zeros((m, k), dtype=bool)
+    for d in range(k):
+        dest_possible[:, d] = np.bincount(ut, weights=allowed[uc, d], minlength=m) > 0
+    pair = (
+        modelled[:, None, None]
+        & prod_allowed[:, :, None]
+        & dest_possible[:, None, :]
+        & ~np.eye(k, dtype=bool)[None]
+    )
+    copy_t, copy_s, copy_d = np.nonzero(pair)
+    n_c = len(copy_t)
+    cid = np.full((m, k, k), -1, dtype=np.int64)
+    cid[copy_t, copy_s, copy_d] = n_x + np.arange(n_c)
+    c_cost = W[copy_t, copy_s, copy_d]
+
+    # (e) presence variables, for nodes with several modelled tensors on capped targets
+    tensors_of = np.bincount(prod[modelled], minlength=n)
+    multi = tensors_of >= 2
+    y_node, y_dst = np.nonzero(multi[:, None] & capped[None, :])
+    n_y = len(y_node)
+    yid = np.full((n, k), -1, dtype=np.int64)
+    yid[y_node, y_dst] = n_x + n_c + np.arange(n_y)
+
+    R = _Rows()
+    # (a) one target per node
+    R.add("(a) one target per node", n, np.repeat(np.arange(n), k), np.arange(n_x), 1.0, 1.0, 1.0)
+
+    # (b) copy to every target where a consumer runs, unless the producer runs there
+    use_rows = modelled[ut][:, None] & allowed[uc]  # (n_uses, k): one row per use and target
+    # a row is void when the producer can only run on d itself
+    only_here = prod_allowed.sum(axis=1) == 1
+    use_rows &= ~(only_here[ut][:, None] & prod_allowed[ut])
+    e, d = np.nonzero(use_rows)
+    t = ut[e]
+    r = np.arange(len(e))
+    cols = cid[t[:, None], np.arange(k)[None, :], d[:, None]]  # (rows, k) copy vars into d
+    has = cols >= 0
+    rr = np.concatenate([np.broadcast_to(r[:, None], cols.shape)[has], r, r])
+    cc = np.concatenate([cols[has], uc[e] * k + d, prod[t] * k + d])
+    vv = np.concatenate([np.ones(int(has.sum())), -np.ones(len(r)), np.ones(len(r))])
+    R.add("(b) copy to where a consumer runs", len(r), rr, cc, vv, 0.0, np.inf)
+
+    # (c) a copy leaves from where the tensor was made (void if the producer cannot move)
+    movable = ~only_here[copy_t]
+    j = np.nonzero(movable)[0]
+    r = np.arange(len(j))
+    R.add(
+        "(c) copy leaves from the producer's target",
+        len(j),
+        np.concatenate([r, r]),
+        np.concatenate([n_x + j, prod[copy_t[j]] * k + copy_s[j]]),
+        np.concatenate([np.ones(len(j)), -np.ones(len(j))]),
+        -np.inf,
+        0.0,
+    )
+
+    # (d) memory caps, each row divided by its cap
+    F = p.footprint_bytes.astype(np.float64)
+    for dd in np.nonzero(capped)[0]:
+        cap = float(p.memory_bytes[dd])
+        scale = 1.0 / cap if cap > 0 else 1.0
+        into = np.nonzero((copy_d == dd) & ~multi[prod[copy_t]])[0]
+        ys = np.nonzero(yid[:, dd] >= 0)[0]
+        cols = np.concatenate([np.arange(n) * k + dd, n_x + into, yid[ys, dd]])
+        vals = np.concatenate([F, F[prod[copy_t[into]]], F[ys]]) * scale
+        keep = vals != 0
+        R.add(
+            f"(d) memory cap of {p.targets[dd]}",
+            1,
+            np.zeros(int(keep.sum())),
+            cols[keep],
+            vals[keep],
+            -np.inf,
+            cap * scale,
+        )
+
+    # (e) presence of multi-tensor nodes through any of their tensors
+    tm = np.nonzero(modelled & multi[prod])[0]
+    if len(tm) and n_y:
+        caps_d = np.nonzero(capped)[0]
+        t_rows, d_rows = np.repeat(tm, len(caps_d)), np.tile(caps_d, len(tm))
+        r = np.arange(len(t_rows))
+        cols = cid[t_rows[:, None], np.arange(k)[None, :], d_rows[:, None]]
+        has = cols >= 0
+        rr = np.concatenate([r, np.broadcast_to(r[:, None], cols.shape)[has]])
+        cc = np.concatenate([yid[prod[t_rows], d_rows], cols[has]])
+        vv = np.concatenate([np.ones(len(r)), -np.ones(int(has.sum()))])
+        R.add("(e) presence through any tensor", len(r), rr, cc, vv, 0.0, np.inf)
+
+    n_vars = n_x + n_c + n_y
+    matrix, row_lower, row_upper = R.matrix(n_vars)
+    return IlpModel(
+        cost=np.concatenate([x_cost, c_cost, np.zeros(n_y)]),
+        lower=np.zeros(n_vars),
+        upper=np.concatenate([x_upper, np.ones(n_c + n_y)]),
+        integral=np.concatenate([np.ones(n_x, bool), np.zeros(n_c + n_y, bool)]),
+        matrix=matrix,
+        row_lower=row_lower,
+        row_upper=row_upper,
+        n_x=n_x,
+        copy_tensor=copy_t,
+        copy_src=copy_s,
+        copy_dst=copy_d,
+        blocks=R.blocks,
+    )
+
+
+# ---------------------------------------------------------------------- bounds and decoding
+
+
+def lagrangian_bound(model: IlpModel, duals: np.ndarray, lower=None, upper=None) -> float:
+    """A proven lower bound on the LP (hence the integer) optimum from any row duals.
+
+    Each dual is first clipped to the sign its row allows (>= 0 on a row with only a lower
+    side, <= 0 with only an upper side), then the Lagrangian is minimised over the variable
+    box ``[lower, upper]``. Exact LP duals give the LP optimum; inexact ones a smaller but
+    still valid bound.
+    """
+    lo = model.lower if lower is None else lower
+    hi = model.upper if upper is None else upper
+    y = np.asarray(duals, dtype=np.float64).copy()
+    has_lo = np.isfinite(model.row_lower)
+    has_hi = np.isfinite(model.row_upper)
+    y[(y > 0) & ~has_lo] = 0.0
+    y[(y < 0) & ~has_hi] = 0.0
+    rhs = np.where(y > 0, np.where(has_lo, model.row_lower, 0.0), np.where(has_hi, model.row_upper, 0.0))
+    reduced = model.cost - model.matrix.T @ y
+    box = np.minimum(reduced * lo, reduced * hi)
+    return float(y @ rhs + box.sum())
+
+
+def _decode(problem: PlacementProblem, values: np.ndarray) -> np.ndarray:
+    """Target number per node: the largest :math:`x_{i,d}` among allowed targets."""
+    x = np.asarray(values[: problem.n_nodes * problem.n_targets]).reshape(problem.n_nodes, problem.n_targets)
+    x = np.where(problem.allowed, x, -1.0)
+    return x.argmax(axis=1).astype(np.int64)
+
+
+def _fits_memory(problem: PlacementProblem, target_of: np.ndarray) -> bool:
+    if not problem.has_memory_caps:
+        return True
+    from .cost import evaluate
+
+    return bool((evaluate(problem, target_of).memory_bytes <= problem.memory_bytes).all())
+
+
+def _objective(problem: PlacementProblem, target_of: np.ndarray) -> float:
+    from .cost import evaluate
+
+    return evaluate(problem, target_of).objective_us
+
+
+# ---------------------------------------------------------------------- solvers of the model
+
+
+def _branch_and_bound(model: IlpModel, time_limit_s: float, relative_gap_tol: float, upper=None, lower=None):
+    """HiGHS MIP through scipy. Returns (values or None, proven bound, scipy status)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    constraints = (
+        [LinearConstraint(model.matrix, model.row_lower, model.row_upper)] if model.matrix.shape[0] else []
+    )
+    res = milp(
+        model.cost,
+        integrality=model.integral.astype(np.uint8),
+        bounds=Bounds(model.lower if lower is None else lower, model.upper if upper is None else upper),
+        constraints=constraints,
+        options={"time_limit": max(time_limit_s, 1e-3), "mip_rel_gap": relative_gap_tol, "disp": False},
+    )
+    bound = getattr(res, "mip_dual_bound", None)
+    if bound is None or not np.isfinite(bound):
+        bound = res.fun if res.status == 0 and res.fun is not None else -math.inf
+    if res.status == 0:
+        # HiGHS stops at mip_rel_gap; its dual bound is what is proven
+        pass
+    return (res.x if res.x is not None else None), float(bound), int(res.status)
+
+
+def _pdlp(model: IlpModel, time_limit_s: float, tolerance: float, threads: int):
+    """LP relaxation by PDLP. Returns (primal values, row duals) or (None, None)."""
+    from ortools.linear_solver.python import model_builder_helper as mbh
+
+    helper = mbh.ModelBuilderHelper()
+    helper.fill_model_from_sparse_data(
+        model.lower, model.upper, model.cost, model.row_lower, model.row_upper, sp.csr_matrix(model.matrix)
+    )
+    solver = mbh.ModelSolverHelper("PDLP")
+    solver.set_time_limit_in_seconds(max(time_limit_s, 0.01))
+    solver.set_solver_specific_parameters(
+        f"num_threads: {threads} termination_criteria {{ simple_optimality_criteria {{ "
+        f"eps_optimal_relative: {tolerance} eps_optimal_absolute: {tolerance} }} }}"
+    )
+    solver.solve(helper)
+    if not solver.has_solution():
+        return None, None
+    return np.asarray(solver.variable_values()), np.asarray(solver.dual_values())
+
+
+# ---------------------------------------------------------------------- local search
+
+
+def improve_by_moves(problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None) -> np.ndarray:
+    """Move single nodes to cheaper targets until no move helps (memory caps are ignored).
+
+    Each pass visits every node and moves it to the target that lowers the total cost most
+    (node latency, copies of its own tensors, and copies of the tensors it consumes). Stops
+    when a pass moves nothing, or at ``deadline`` (``time.perf_counter()`` value).
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    target_of : numpy.ndarray of int, shape (n_nodes,)
+        Starting placement (must respect pins and support); not modified.
+    deadline : float, optional
+
+    Returns
+    -------
+    numpy.ndarray of int
+        A placement whose cost is at most the starting one.
+    """
+    p = problem
+    n, k = p.n_nodes, p.n_targets
+    target = [int(d) for d in target_of]
+    lat = np.where(p.allowed, p.latency_us, np.inf).tolist()
+    options = [np.nonzero(row)[0].tolist() for row in p.allowed]
+    prod = p.tensor_producer.tolist()
+    W = p.copy_latency_us.tolist()
+    out_tensors = [[] for _ in range(n)]
+    for t, i in enumerate(prod):
+        out_tensors[i].append(t)
+    in_tensors = [[] for _ in range(n)]
+    count = [[0] * k for _ in range(p.n_tensors)]  # consumers of t on each target
+    for t, u in zip(p.use_tensor.tolist(), p.use_consumer.tolist()):
+        in_tensors[u].append(t)
+        count[t][target[u]] += 1
+    K = range(k)
+
+    def move_cost(i, d):
+        cost = lat[i][d]
+        for t in out_tensors[i]:
+            cnt, w = count[t], W[t][d]
+            for e in K:
+                if e != d and cnt[e]:
+                    cost += w[e]
+        return cost
+
+    for _ in range(1000):
+        moved = False
+        for i in range(n):
+            opts = options[i]
+            if len(opts) < 2:
+                continue
+            here = target[i]
+            base = move_cost(i, here)
+            best_d, best_delta = here, -1e-9 * max(1.0, abs(base))
+            for d in opts:
+                if d == here:
+                    continue
+                delta = move_cost(i, d) - base
+                for t in in_tensors[i]:
+                    s = target[prod[t]]
+                    cnt = count[t]
+                    if here != s and cnt[here] == 1:
+                        delta -= W[t][s][here]
+                    if d != s and cnt[d] == 0:
+                        delta += W[t][s][d]
+                if delta < best_delta:
+                    best_d, best_delta = d, delta
+            if best_d != here:
+                for t in in_tensors[i]:
+                    count[t][here] -= 1
+                    count[t][best_d] += 1
+                target[i] = best_d
+                moved = True
+        if not moved or (deadline is not None and time.perf_counter() > deadline):
+            break
+    return np.asarray(target, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------- memory diagnosis
+
+
+def check_memory_caps(problem: PlacementProblem) -> None:
+    """Raise :class:`InfeasiblePlacementError` for memory caps that obviously cannot hold.
+
+    Checks that what must sit on a target (nodes pinned there, or supported only there) fits
+    its cap, that each node fits on some target it may use, and that all nodes fit in the
+    memory of all targets together.
+    """
+    p = problem
+    if not p.has_memory_caps:
+        return
+    F = p.footprint_bytes
+    only = p.allowed.sum(axis=1) == 1
+    for d, t in enumerate(p.targets):
+        cap = p.memory_bytes[d]
+        forced = np.nonzero(only & p.allowed[:, d])[0]
+        need = int(F[forced].sum())
+        if need > cap:
+            names = [p.nodes[i] for i in forced[np.argsort(-F[forced])][:5]]
+            raise InfeasiblePlacementError(
+                f"memory cap of {t} ({int(cap)} bytes) is below the weights and outputs of the "
+                f"nodes that must run there ({need} bytes; largest: {names}): raise "
+                f"memory_bytes[{t!r}] to at least {need} or unpin some of them"
+            )
+    fits_somewhere = (p.allowed & (F[:, None] <= p.memory_bytes[None, :])).any(axis=1)
+    if not fits_somewhere.all():
+        i = int(np.argmin(fits_somewhere))
+        where = [p.targets[d] for d in np.nonzero(p.allowed[i])[0]]
+        raise InfeasiblePlacementError(
+            f"node {p.nodes[i]!r} needs {int(F[i])} bytes but no target it may run on "
+            f"({where}) has that much memory: raise memory_bytes for one of them"
+        )
+    total, capacity = float(F.sum()), float(p.memory_bytes.sum())
+    if total > capacity:
+        raise InfeasiblePlacementError(
+            f"the nodes need {int(total)} bytes in all but the targets hold {int(capacity)} "
+            "bytes together: raise memory_bytes"
+        )
+
+
+def _infeasible_message(problem: PlacementProblem) -> str:
+    caps = {t: int(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
+    return (
+        f"no placement fits the memory caps {caps} (memory counts every node placed on a target "
+        "plus every tensor copied to it): raise memory_bytes for one of these targets, or "
+        "unpin nodes from them"
+    )
+
+
+# ---------------------------------------------------------------------- the solver
+
+
+def solve_ilp(
+    problem: PlacementProblem,
+    time_limit_s: float = 10.0,
+    relative_gap: float = 1e-4,
+    start: np.ndarray | None = None,
+    lp_first: bool | None = None,
+    pdlp_tolerance: float = 1e-3,
+    threads: int = 2,
+    t_start: float | None = None,
+):
+    """Solve the placement integer program (see the module docstring).
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    time_limit_s : float
+        Wall-clock budget, counted from ``t_start``, model building included.
+    relative_gap : float
+        Stop once ``(objective - bound) / objective`` is at most this.
+    start : numpy.ndarray of int, optional
+        A known placement (target number per node); kept if no better one is found.
+    lp_first : bool, optional
+        Run the PDLP phases first. Default: when the model has more than
+        :data:`LP_FIRST_NNZ` nonzeros.
+    pdlp_tolerance : float
+        Relative tolerance of the PDLP solve.
+    threads : int
+        Threads PDLP may use.
+    t_start : float, optional
+        ``time.perf_counter()`` when the solve began (default: now).
+
+    Returns
+    -------
+    target_of : numpy.ndarray of int
+        Best placement found.
+    bound_us : float
+        Proven lower bound on the optimal objective.
+    proven : bool
+        Whether the gap is within ``relative_gap``.
+    info : dict
+        Model size and per-phase timings and values.
+
+    Raises
+    ------
+    InfeasiblePlacementError
+        If no placement satisfies the memory caps (with the knob to turn).
+    PlacementError
+        If no placement was found within the time limit.
+    """
+    t0 = time.perf_counter() if t_start is None else t_start
+    deadline = t0 + time_limit_s
+    p = problem
+    check_memory_caps(p)
+
+    model = build_model(p)
+    info: dict = {
+        "n_vars": model.n_vars,
+        "n_rows": int(model.matrix.shape[0]),
+        "nnz": model.nnz,
+        "build_s": round(time.perf_counter() - t0, 4),
+        "phases": [],
+    }
+    best, best_obj = None, math.inf
+    bound = -math.inf
+
+    def offer(target_of, phase):
+        nonlocal best, best_obj
+        if target_of is None or not _fits_memory(p, target_of):
+            return
+        obj = _objective(p, target_of)
+        if obj < best_obj - 1e-12 * max(1.0, abs(obj)):
+            best, best_obj = np.asarray(target_of, dtype=np.int64), obj
+            info["best_from"] = phase
+
+    def gap_now():
+        return gap_of(best_obj, bound) if best is not None else math.inf
+
+    def done():
+        return gap_now() <= relative_gap
+
+    def note(phase, started, **extra):
+        entry = {"phase": phase, "s": round(time.perf_counter() - started, 4),
+                 "objective_us": best_obj if best is not None else None,
+                 "bound_us": bound if math.isfinite(bound) else None}  # fmt: skip
+        entry.update(extra)
+        info["phases"].append(entry)
+
+    if start is not None:
+        offer(np.asarray(start), "start")
+
+    if lp_first is None:
+        lp_first = model.nnz > LP_FIRST_NNZ
+    lp_values = None
+    if lp_first:
+        # phase 1: LP relaxation by PDLP -> bound from its duals
+        t = time.perf_counter()
+        remaining = deadline - t
+        lp_values, duals = _pdlp(model, 0.5 * remaining, pdlp_tolerance, threads)
+        if duals is not None:
+            bound = max(bound, lagrangian_bound(model, duals), lagrangian_bound(model, -duals))
+            bound -= 1e-9 * abs(bound)  # float round-off of the bound computation
+        note("lp (pdlp)", t)
+        # phase 2: round, then single-node moves
+        if lp_values is not None:
+            t = time.perf_counter()
+            rounded = _decode(p, lp_values)
+            offer(rounded, "lp rounding")
+            if not p.has_memory_caps:
+                offer(improve_by_moves(p, rounded, deadline - 0.25 * (deadline - t)), "moves")
+            note("rounding + moves", t)
+        # phase 3: branch and bound on the nodes the LP left fractional
+        if lp_values is not None and not done() and deadline - time.perf_counter() > 0.5:
+            t = time.perf_counter()
+            x = lp_values[: model.n_x].reshape(p.n_nodes, p.n_targets)
+            anchor = best if best is not None else _decode(p, lp_values)
+            fixed = (x.max(axis=1) > 0.9) & (x.argmax(axis=1) == anchor)
+            rows = np.nonzero(fixed)[0]
+            lower, upper = model.lower.copy(), model.upper.copy()
+            upper[: model.n_x].reshape(p.n_nodes, p.n_targets)[rows] = 0.0
+            upper[rows * p.n_targets + anchor[rows]] = 1.0
+            lower[rows * p.n_targets + anchor[rows]] = 1.0
+            budget = 0.6 * (deadline - time.perf_counter())
+            values, _, status = _branch_and_bound(model, budget, relative_gap, upper=upper, lower=lower)
+            if values is not None:
+                offer(_decode(p, values), "sub-mip")
+            note("sub-mip on fractional nodes", t, free_nodes=int((~fixed).sum()), status=status)
+
+    # phase 4: branch and bound on everything
+    if not done() and deadline - time.perf_counter() > 0.05:
+        t = time.perf_counter()
+        values, mip_bound, status = _branch_and_bound(model, deadline - t, relative_gap)
+        if status == 2:  # infeasible
+            raise InfeasiblePlacementError(_infeasible_message(p))
+        if values is not None:
+            offer(_decode(p, values), "mip")
+        if math.isfinite(mip_bound):
+            bound = max(bound, mip_bound)
+        note("mip", t, status=status)
+
+    if best is None:
+        raise PlacementError(
+            f"no placement found within time_limit_s={time_limit_s}: raise time_limit_s"
+        )
+    bound = min(bound, best_obj)
+    return best, bound, gap_now() <= relative_gap, info

@@ -1,0 +1,160 @@
+"""``solve``: turn a placement problem into a validated plan with the chosen method."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from . import baselines
+from .errors import PlacementError
+from .ilp import solve_ilp
+from .mincut import solve_mincut
+from .plan import PlacementPlan
+from .problem import PlacementProblem
+from .validate import validate_plan
+
+__all__ = ["solve", "METHODS"]
+
+#: method names :func:`solve` accepts (plus ``"all:<target>"``)
+METHODS = ("auto", "ilp", "mincut", "greedy", "manual", "brute_force", "all:<target>")
+
+_ILP_OPTIONS = {"lp_first", "pdlp_tolerance", "threads"}
+
+
+def solve(
+    problem: PlacementProblem,
+    method: str = "auto",
+    time_limit_s: float = 10.0,
+    relative_gap: float = 1e-4,
+    assignment: Mapping | None = None,
+    **opts,
+) -> PlacementPlan:
+    """Place every node of ``problem`` on a target, minimising total latency.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    method : str
+        ``"auto"`` (default): the exact path that fits: one target -> trivial; two targets ->
+        min-cut (:mod:`.mincut`), exact, kept when it fits the memory caps; otherwise the
+        integer program (:mod:`.ilp`). ``"ilp"``, ``"mincut"`` (two targets; with memory caps
+        only when its optimum happens to fit them): that solver. Baselines:
+        ``"all:<target>"`` (everything on one target), ``"greedy"`` (each node on its fastest
+        allowed target, copies ignored), ``"manual"`` (``assignment`` as given; every node
+        must be listed), ``"brute_force"`` (tries every placement; tiny problems only).
+    time_limit_s : float
+        Wall-clock budget of the ILP, model building included. On expiry the best plan found
+        is returned with status ``"feasible"`` and its proven gap.
+    relative_gap : float
+        The ILP stops once ``(objective - bound) / objective <= relative_gap`` and then
+        reports ``"optimal"``.
+    assignment : mapping, optional
+        ``{node: target}`` for ``method="manual"``.
+    **opts
+        Passed to :func:`.ilp.solve_ilp`: ``lp_first``, ``pdlp_tolerance``, ``threads``.
+
+    Returns
+    -------
+    PlacementPlan
+        Checked by :func:`.validate.validate_plan` before it is returned.
+
+    Raises
+    ------
+    InfeasiblePlacementError
+        If no placement meets the pins, support and memory caps (or the baseline asked for
+        breaks them); the message says which knob to turn.
+    PlacementError
+        On an unknown method, a bad manual assignment, a brute force too large, or no plan
+        within the time limit.
+
+    Notes
+    -----
+    The objective is a sum of latencies (serial execution): node latencies plus one copy per
+    (tensor, destination target), see :class:`.PlacementProblem`. ``"optimal"`` means proven
+    optimal: exactly for ``"mincut"`` (up to the integer rounding of its capacities, see
+    :func:`.mincut.solve_mincut`) and ``"brute_force"``, and within ``relative_gap`` for
+    ``"ilp"``; :attr:`PlacementPlan.bound_us` is the proven lower bound either way.
+
+    Examples
+    --------
+    >>> import networkx as nx
+    >>> g = nx.DiGraph()
+    >>> g.add_node("x", pinned="cpu")
+    >>> g.add_node("mm", latency_us={"cpu": 100.0, "gpu": 10.0})
+    >>> g.add_edge("x", "mm", nbytes=4096)
+    >>> cost = {("cpu", "gpu"): (5.0, 1e-3), ("gpu", "cpu"): (5.0, 1e-3)}
+    >>> plan = solve(PlacementProblem.from_graph(g, cost))
+    >>> plan.assignment["mm"], round(plan.objective_us, 3)
+    ('gpu', 19.096)
+    """
+    t0 = time.perf_counter()
+    p = problem
+    unknown = set(opts) - _ILP_OPTIONS
+    if unknown:
+        raise TypeError(f"solve() got unknown options {sorted(unknown)}; known: {sorted(_ILP_OPTIONS)}")
+    status, bound, info = "feasible", -np.inf, {}
+
+    if method == "auto":
+        if p.n_targets == 1:
+            target_of, status, method_used = np.zeros(p.n_nodes, dtype=np.int64), "optimal", "trivial"
+            baselines.check_memory(p, target_of, "single-target")
+        elif p.n_targets == 2:
+            target_of, info = solve_mincut(p)
+            method_used = "mincut"
+            if _fits(p, target_of):
+                status = "optimal"
+            else:  # the uncapped optimum breaks a cap: the ILP decides
+                target_of, bound, proven, info = solve_ilp(p, time_limit_s, relative_gap, t_start=t0, **opts)
+                status, method_used = ("optimal" if proven else "feasible"), "ilp"
+        else:
+            target_of, bound, proven, info = solve_ilp(p, time_limit_s, relative_gap, t_start=t0, **opts)
+            status, method_used = ("optimal" if proven else "feasible"), "ilp"
+        method_label = f"auto/{method_used}"
+    elif method == "ilp":
+        target_of, bound, proven, info = solve_ilp(p, time_limit_s, relative_gap, t_start=t0, **opts)
+        status, method_label = ("optimal" if proven else "feasible"), "ilp"
+    elif method == "mincut":
+        target_of, info = solve_mincut(p)
+        if not _fits(p, target_of):
+            raise PlacementError(
+                "the min-cut optimum ignores memory caps and breaks one here: use method='auto' "
+                "or 'ilp'"
+            )
+        status, method_label = "optimal", "mincut"
+    elif method == "greedy":
+        target_of, method_label = baselines.greedy(p), "greedy"
+        baselines.check_memory(p, target_of, "greedy")
+    elif method == "manual":
+        target_of, method_label = baselines.manual(p, assignment), "manual"
+        baselines.check_memory(p, target_of, "manual")
+    elif method == "brute_force":
+        target_of, status, method_label = baselines.brute_force(p), "optimal", "brute_force"
+    elif isinstance(method, str) and method.startswith("all:"):
+        target_of, method_label = baselines.all_on(p, method[4:]), method
+        baselines.check_memory(p, target_of, method)
+    else:
+        raise PlacementError(f"unknown method {method!r}: choose one of {list(METHODS)}")
+
+    if status == "optimal" and method_label != "ilp" and not method_label.endswith("/ilp"):
+        bound = np.inf  # exact methods: the bound is the objective (clipped there)
+    plan = PlacementPlan.from_target_numbers(
+        p,
+        target_of,
+        method=method_label,
+        status=status,
+        bound_us=bound,
+        solve_time_s=time.perf_counter() - t0,
+        info=info,
+    )
+    validate_plan(p, plan)
+    return plan
+
+
+def _fits(problem: PlacementProblem, target_of: np.ndarray) -> bool:
+    from .cost import evaluate
+
+    if not problem.has_memory_caps:
+        return True
+    return bool((evaluate(problem, target_of).memory_bytes <= problem.memory_bytes).all())

@@ -1,0 +1,177 @@
+"""Model zoo for tests, experiments and the demo: real architectures, random weights, built locally.
+
+Nothing is downloaded: each model is a small PyTorch module (or a Relax graph) with seeded random
+weights, imported through TVM's PyTorch frontend like a user's model would be. ``size="small"`` keeps
+tests fast on two cores; ``size="base"`` is what experiments measure.
+
+====================  ==============================================================================
+name                  what it is
+====================  ==============================================================================
+``mlp``               three Linear+ReLU layers
+``cnn``               ResNet-style CNN: conv/batch-norm/ReLU stem, residual basic blocks, pooling, FC
+``bert``              BERT-style encoder (HuggingFace ``transformers`` BertModel from a config)
+``seed003``           ``(a+b)-(b+c)``, the shared-input graph TVM's device planner fails on
+``inception``         Inception-style CNN: parallel conv branches, channel concat, split, depthwise conv
+``bert_base``         BERT-base-size encoder (hidden 768, 12 layers, seq 128), for the profiler benchmark
+====================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+from .frontend import Model, load_model
+
+ZOO = ("mlp", "cnn", "bert", "seed003", "inception")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("the model zoo needs torch: pip install 'autoplace[frontends]'") from None
+    return torch
+
+
+def mlp(size: str = "small") -> Model:
+    torch = _torch()
+    torch.manual_seed(0)
+    width, batch = (64, 8) if size == "small" else (1024, 64)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(width, width * 2), torch.nn.ReLU(),
+        torch.nn.Linear(width * 2, width * 2), torch.nn.ReLU(),
+        torch.nn.Linear(width * 2, 10),
+    )
+    return load_model(net, example_inputs=(torch.randn(batch, width),), name="mlp")
+
+
+def cnn(size: str = "small") -> Model:
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    class ResNet(nn.Module):
+        def __init__(self, width, blocks):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+            layers, cin = [], width
+            for i, n in enumerate(blocks):
+                for j in range(n):
+                    cout = width * 2**i
+                    layers.append(Block(cin, cout, 2 if (j == 0 and i > 0) else 1))
+                    cin = cout
+            self.layers = nn.Sequential(*layers)
+            self.fc = nn.Linear(cin, 10)
+
+        def forward(self, x):
+            y = self.layers(self.stem(x))
+            return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+    if size == "small":
+        net, shape = ResNet(8, [1, 1]), (1, 3, 16, 16)
+    else:
+        net, shape = ResNet(32, [2, 2, 2]), (1, 3, 64, 64)
+    return load_model(net.eval(), example_inputs=(torch.randn(*shape),), name="cnn")
+
+
+def bert(size: str = "small") -> Model:
+    torch = _torch()
+    try:
+        from transformers import BertConfig, BertModel
+    except ImportError:
+        raise ImportError("the bert zoo model needs transformers: pip install 'autoplace[frontends]'") from None
+    torch.manual_seed(0)
+    if size == "small":
+        cfg = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, seq=16)
+    elif size == "base":
+        cfg = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024, seq=128)
+    else:  # "bert_base": BERT-base geometry
+        cfg = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, seq=128)
+    seq = cfg.pop("seq")
+    config = BertConfig(vocab_size=1000, max_position_embeddings=max(512, seq), attn_implementation="eager", **cfg)
+    net = BertModel(config, add_pooling_layer=False).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = net
+
+        def forward(self, input_ids):
+            return self.bert(input_ids=input_ids).last_hidden_state
+
+    ids = torch.randint(0, 1000, (1, seq))
+    return load_model(Encoder().eval(), example_inputs=(ids,), name="bert" if size != "bert_base" else "bert_base")
+
+
+def inception(size: str = "small") -> Model:
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Mixed(nn.Module):
+        def __init__(self, cin, c):
+            super().__init__()
+            self.b1 = nn.Conv2d(cin, c, 1)
+            self.b3 = nn.Sequential(nn.Conv2d(cin, c, 1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1))
+            self.dw = nn.Sequential(nn.Conv2d(cin, cin, 3, padding=1, groups=cin), nn.Conv2d(cin, c, 1))
+            self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(cin, c, 1))
+
+        def forward(self, x):
+            return torch.relu(torch.cat([self.b1(x), self.b3(x), self.dw(x), self.pool(x)], dim=1))
+
+    class Net(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.stem = nn.Conv2d(3, c, 3, padding=1)
+            self.m1 = Mixed(c, c)
+            self.m2 = Mixed(4 * c, c)
+            self.head = nn.Linear(2 * c, 10)
+
+        def forward(self, x):
+            y = self.m2(self.m1(torch.relu(self.stem(x))))
+            a, b = torch.split(y, y.shape[1] // 2, dim=1)
+            z = torch.maximum(a, b).mean(dim=(2, 3))
+            return self.head(z)
+
+    net, shape = (Net(8), (1, 3, 16, 16)) if size == "small" else (Net(32), (1, 3, 56, 56))
+    return load_model(net.eval(), example_inputs=(torch.randn(*shape),), name="inception")
+
+
+def seed003(size: str = "small") -> Model:
+    """``(a+b)-(b+c)`` on (5, 7) float32 tensors (seed 003), built with ``relax.BlockBuilder``."""
+    from tvm import relax
+
+    shape = (5, 7) if size == "small" else (1024, 1024)
+    bb = relax.BlockBuilder()
+    a, b, c = [relax.Var(n, relax.TensorType(shape, "float32")) for n in "abc"]
+    with bb.function("main", [a, b, c]):
+        with bb.dataflow():
+            x = bb.emit(relax.op.add(a, b))
+            y = bb.emit(relax.op.add(b, c))
+            z = bb.emit_output(relax.op.subtract(x, y))
+        bb.emit_func_output(z)
+    return load_model(bb.get(), name="seed003")
+
+
+def get(name: str, size: str = "small") -> Model:
+    """A zoo model by name (see the module docstring)."""
+    makers = {"mlp": mlp, "cnn": cnn, "bert": bert, "seed003": seed003, "inception": inception}
+    if name == "bert_base":
+        return bert("bert_base")
+    if name not in makers:
+        raise KeyError(f"no zoo model {name!r}; the zoo has {list(makers) + ['bert_base']}")
+    return makers[name](size)
