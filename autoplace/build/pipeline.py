@@ -326,3 +326,14 @@ def stock_build(mod: tvm.IRModule):
     mod = relax.transform.LegalizeOps()(mod)
     mod = tvm.s_tir.transform.DefaultGPUSchedule()(mod)
     return tvm.compile(mod)
+
+
+def single_device_build(mod: tvm.IRModule, target="llvm"):
+    """The plain single-device build a user would write: ``tvm.compile(mod, target)``.
+
+    The reference for correctness (placed builds must match it) and for speed (an all-on-one-device
+    placement built by :func:`build` must be as fast).
+    """
+    if isinstance(target, (str, dict)):
+        target = tvm.target.Target(target)
+    return tvm.compile(mod, target=target)

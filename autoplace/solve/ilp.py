@@ -73,6 +73,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InfeasiblePlacementError, PlacementError
+from .mincut import improve_by_swaps
 from .plan import relative_gap as gap_of
 from .problem import PlacementProblem
 
@@ -630,9 +631,10 @@ def solve_ilp(
             t = time.perf_counter()
             rounded = _decode(p, lp_values)
             offer(rounded, "lp rounding")
-            if not p.has_memory_caps:
-                offer(improve_by_moves(p, rounded, deadline - 0.25 * (deadline - t)), "moves")
-            note("rounding + moves", t)
+            if not p.has_memory_caps and best is not None:
+                offer(improve_by_swaps(p, best, deadline - 0.5 * (deadline - t)), "swaps")
+                offer(improve_by_moves(p, best, deadline - 0.5 * (deadline - t)), "moves")
+            note("rounding + swaps + moves", t)
         # phase 3: branch and bound on the nodes the LP left fractional
         if lp_values is not None and not done() and deadline - time.perf_counter() > 0.5:
             t = time.perf_counter()

@@ -47,115 +47,126 @@ __all__ = ["solve_mincut", "CAPACITY_SCALE_BITS"]
 CAPACITY_SCALE_BITS = 40
 
 
-def solve_mincut(problem: PlacementProblem, fixed=None) -> tuple[np.ndarray, dict]:
-    """Optimal two-target placement by a minimum s-t cut.
+def min_cut_labels(
+    fixed: np.ndarray,
+    cost0: np.ndarray,
+    cost1: np.ndarray,
+    copy_src: np.ndarray,
+    copy_w01: np.ndarray,
+    copy_w10: np.ndarray,
+    copy_use_term: np.ndarray,
+    copy_use_node: np.ndarray,
+    fetch_w0: np.ndarray | None = None,
+    fetch_w1: np.ndarray | None = None,
+    fetch_use_term: np.ndarray | None = None,
+    fetch_use_node: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict]:
+    """Minimise a binary energy of unary, copy and fetch terms by one s-t min cut.
+
+    The energy over labels ``x`` in {0, 1} (``x = 0``: source side) is::
+
+        sum_v cost0[v] [x_v = 0] + cost1[v] [x_v = 1]
+        + sum_j  w01[j] [x_src(j) = 0 and some consumer of j has x = 1]      (b)
+               + w10[j] [x_src(j) = 1 and some consumer of j has x = 0]      (c)
+        + sum_f  w0[f] [some consumer of f has x = 0]                        (d)
+               + w1[f] [some consumer of f has x = 1]                        (e)
+
+    Copy terms ``j`` are tensors made by a node of the energy; fetch terms ``f`` are tensors
+    made outside it (their producer sits on a third target) that must be fetched to each
+    side where a consumer runs.
 
     Parameters
     ----------
-    problem : PlacementProblem
-        Must have exactly two targets. Memory caps are ignored (the caller checks them).
-    fixed : numpy.ndarray of int, shape (n_nodes,), optional
-        Extra restriction: target number per node, ``-1`` where free.
+    fixed : numpy.ndarray of int, shape (n,)
+        ``0`` or ``1`` for a node whose label is fixed (merged into that terminal), ``-1``
+        for a free node. Unary costs of fixed nodes are constants and ignored.
+    cost0, cost1 : numpy.ndarray of float, shape (n,)
+        Unary costs (>= 0).
+    copy_src, copy_w01, copy_w10 : numpy.ndarray, shape (n_copy,)
+        Producer node and the two copy latencies of each copy term.
+    copy_use_term, copy_use_node : numpy.ndarray of int, shape (n_copy_uses,)
+        (term, consumer node) pairs.
+    fetch_w0, fetch_w1, fetch_use_term, fetch_use_node : numpy.ndarray, optional
+        Likewise for fetch terms.
 
     Returns
     -------
-    target_of : numpy.ndarray of int, shape (n_nodes,)
-        Target number of every node in an optimal placement.
+    labels : numpy.ndarray of int, shape (n,)
     info : dict
-        ``cut_us`` (the cut value, in microseconds, after rounding), ``n_arcs``,
-        ``build_s`` and ``maxflow_s``.
-
-    Raises
-    ------
-    PlacementError
-        If the problem does not have two targets, or the max-flow fails.
+        ``cut_us`` (cut value after rounding, constants of fixed nodes excluded), ``n_arcs``.
 
     Notes
     -----
-    ``ortools.graph.python.max_flow.SimpleMaxFlow`` takes integer capacities, so every
-    latency is multiplied by ``scale = 2**40 / (sum of all finite capacities)`` and rounded
-    to the nearest integer. The cut found is optimal for the rounded capacities; it is
-    within ``n_arcs / (2 * scale)`` microseconds (about ``n_arcs * 5e-13`` times the sum of
-    all latencies) of optimal for the true ones. The plan's objective is then recomputed in
-    floating point from the assignment, so the reported cost has no rounding error.
-    Infinite capacities are ``1 +`` the sum of the rounded finite ones, larger than any cut
+    ``ortools.graph.python.max_flow.SimpleMaxFlow`` takes integer capacities, so every cost
+    is multiplied by ``scale = 2**40 / (sum of all finite capacities)`` and rounded to the
+    nearest integer. The cut found is optimal for the rounded capacities, so within
+    ``n_arcs / (2 * scale)`` (about ``n_arcs * 5e-13`` times the sum of all costs) of
+    optimal for the true ones. Callers recompute costs in floating point from the labels.
+    Infinite capacities are ``1 +`` the sum of the rounded finite ones, more than any cut
     made of finite arcs alone.
     """
     from ortools.graph.python import max_flow
 
-    t_start = time.perf_counter()
-    p = problem
-    if p.n_targets != 2:
-        raise PlacementError(f"min-cut placement needs exactly 2 targets, the problem has {p.n_targets}")
-    n = p.n_nodes
-    allowed = p.allowed.copy()
-    if fixed is not None:
-        fixed = np.asarray(fixed)
-        rows = np.nonzero(fixed >= 0)[0]
-        forced = np.zeros_like(allowed)
-        forced[rows, fixed[rows]] = True
-        allowed[rows] &= forced[rows]
-        if not allowed.any(axis=1).all():
-            raise PlacementError("`fixed` puts a node where it may not run")
-
-    # graph node ids: 0 = S (target 0), 1 = T (target 1), 2.. = free nodes, then auxiliaries;
-    # a node allowed on one target only is merged into that terminal
-    only0 = allowed[:, 0] & ~allowed[:, 1]
-    only1 = allowed[:, 1] & ~allowed[:, 0]
-    free = ~(only0 | only1)
-    gid = np.empty(n, dtype=np.int64)
-    gid[only0] = 0
-    gid[only1] = 1
+    n = len(fixed)
+    free = fixed < 0
+    gid = np.where(fixed == 1, 1, 0).astype(np.int64)
     gid[free] = 2 + np.arange(int(free.sum()))
     next_id = 2 + int(free.sum())
-
     tails, heads, caps, infinite = [], [], [], []
 
     def arcs(tail, head, cap, inf=False):
-        tails.append(np.asarray(tail, dtype=np.int64))
+        tail = np.asarray(tail, dtype=np.int64)
+        tails.append(tail)
         heads.append(np.asarray(head, dtype=np.int64))
-        cap = np.broadcast_to(np.asarray(cap, dtype=np.float64), tails[-1].shape)
-        caps.append(cap)
-        infinite.append(np.full(tails[-1].shape, inf))
+        caps.append(np.broadcast_to(np.asarray(cap, dtype=np.float64), tail.shape))
+        infinite.append(np.full(tail.shape, inf))
 
-    # (a) unary latency arcs for free nodes
+    def hyper(node_of_term, use_term, use_node, w_to1, w_to0, n_terms):
+        """Arcs charging w_to1 if any consumer is on side 1, w_to0 if any is on side 0.
+
+        ``node_of_term`` is the gid the charge is conditioned on: the producer for copy terms
+        (charged only when it is on the other side), S/T for fetch terms (always charged).
+        """
+        nonlocal next_id
+        n_cons = np.bincount(use_term, minlength=n_terms)
+        single = n_cons[use_term] == 1
+        st, sn = use_term[single], use_node[single]
+        # one consumer: direct arcs producer -> consumer (w_to1) and consumer -> producer (w_to0)
+        arcs(node_of_term[0][st], gid[sn], w_to1[st])
+        arcs(gid[sn], node_of_term[1][st], w_to0[st])
+        # several consumers: auxiliary node per term and direction
+        multi = np.nonzero(n_cons > 1)[0]
+        aux_1 = np.full(n_terms, -1, dtype=np.int64)
+        aux_0 = np.full(n_terms, -1, dtype=np.int64)
+        aux_1[multi] = next_id + 2 * np.arange(len(multi))
+        aux_0[multi] = aux_1[multi] + 1
+        next_id += 2 * len(multi)
+        arcs(node_of_term[0][multi], aux_1[multi], w_to1[multi])
+        arcs(aux_0[multi], node_of_term[1][multi], w_to0[multi])
+        mt, mn = use_term[~single], use_node[~single]
+        arcs(aux_1[mt], gid[mn], 0.0, inf=True)
+        arcs(gid[mn], aux_0[mt], 0.0, inf=True)
+
+    # (a) unary costs of free nodes
     fv = np.nonzero(free)[0]
-    arcs(np.zeros(len(fv)), gid[fv], p.latency_us[fv, 1])
-    arcs(gid[fv], np.ones(len(fv)), p.latency_us[fv, 0])
-    constant_us = float(p.latency_us[only0, 0].sum() + p.latency_us[only1, 1].sum())
-
-    # (b), (c) copy events, for tensors whose copies cost something
-    w01 = p.copy_latency_us[:, 0, 1]
-    w10 = p.copy_latency_us[:, 1, 0]
-    ut, uc = p.use_tensor, p.use_consumer
-    costly = (w01 > 0) | (w10 > 0)
-    keep = costly[ut]
-    ut, uc = ut[keep], uc[keep]
-    n_cons = np.bincount(ut, minlength=p.n_tensors)
-    prod_g = gid[p.tensor_producer]
-    # single consumer: direct arcs
-    single = n_cons[ut] == 1
-    st, sc = ut[single], uc[single]
-    arcs(prod_g[st], gid[sc], w01[st])
-    arcs(gid[sc], prod_g[st], w10[st])
-    # several consumers: auxiliary nodes a_t (copy 0->1) and b_t (copy 1->0)
-    multi_t = np.nonzero(n_cons > 1)[0]
-    aux_a = np.full(p.n_tensors, -1, dtype=np.int64)
-    aux_b = np.full(p.n_tensors, -1, dtype=np.int64)
-    aux_a[multi_t] = next_id + 2 * np.arange(len(multi_t))
-    aux_b[multi_t] = aux_a[multi_t] + 1
-    next_id += 2 * len(multi_t)
-    arcs(prod_g[multi_t], aux_a[multi_t], w01[multi_t])
-    arcs(aux_b[multi_t], prod_g[multi_t], w10[multi_t])
-    mt, mc = ut[~single], uc[~single]
-    arcs(aux_a[mt], gid[mc], 0.0, inf=True)
-    arcs(gid[mc], aux_b[mt], 0.0, inf=True)
+    arcs(np.zeros(len(fv)), gid[fv], cost1[fv])
+    arcs(gid[fv], np.ones(len(fv)), cost0[fv])
+    # (b), (c) copies of tensors made inside the energy: conditioned on the producer's side
+    src_g = gid[np.asarray(copy_src, dtype=np.int64)]
+    hyper((src_g, src_g), np.asarray(copy_use_term, dtype=np.int64), np.asarray(copy_use_node, dtype=np.int64),
+          np.asarray(copy_w01, dtype=np.float64), np.asarray(copy_w10, dtype=np.float64), len(src_g))  # fmt: skip
+    # (d), (e) fetches of tensors made outside: charged from S (to side 1) and into T (to side 0)
+    if fetch_w0 is not None and len(fetch_w0):
+        nf = len(fetch_w0)
+        hyper((np.zeros(nf, np.int64), np.ones(nf, np.int64)), np.asarray(fetch_use_term, dtype=np.int64),
+              np.asarray(fetch_use_node, dtype=np.int64), np.asarray(fetch_w1, dtype=np.float64),
+              np.asarray(fetch_w0, dtype=np.float64), nf)  # fmt: skip
 
     tail = np.concatenate(tails)
     head = np.concatenate(heads)
     cap = np.concatenate(caps)
     inf = np.concatenate(infinite)
-    # drop arcs that can never be cut: self loops, arcs into S, arcs out of T, zero capacity
+    # drop arcs that can never be cut: self loops, arcs into S or out of T, zero capacity
     useful = (tail != head) & (head != 0) & (tail != 1) & (inf | (cap > 0))
     tail, head, cap, inf = tail[useful], head[useful], cap[useful], inf[useful]
 
@@ -166,21 +177,139 @@ def solve_mincut(problem: PlacementProblem, fixed=None) -> tuple[np.ndarray, dic
 
     solver = max_flow.SimpleMaxFlow()
     solver.add_arcs_with_capacity(tail, head, icap)
-    # make sure both terminals exist even with no arcs
-    solver.add_arc_with_capacity(0, 1, 0)
-    t_built = time.perf_counter()
+    solver.add_arc_with_capacity(0, 1, 0)  # both terminals exist even without arcs
     status = solver.solve(0, 1)
     if status != solver.OPTIMAL:
         raise PlacementError(f"max-flow failed with status {status} (capacity overflow?)")
     source_side = np.zeros(max(next_id, 2), dtype=bool)
     source_side[np.asarray(solver.get_source_side_min_cut(), dtype=np.int64)] = True
-    target_of = np.where(source_side[gid], 0, 1).astype(np.int64)
-    target_of[only0] = 0
-    target_of[only1] = 1
-    t_done = time.perf_counter()
-    return target_of, {
-        "cut_us": constant_us + solver.optimal_flow() / scale,
-        "n_arcs": int(len(tail)),
-        "build_s": t_built - t_start,
-        "maxflow_s": t_done - t_built,
-    }
+    labels = np.where(source_side[gid], 0, 1).astype(np.int64)
+    labels[fixed == 0] = 0
+    labels[fixed == 1] = 1
+    return labels, {"cut_us": solver.optimal_flow() / scale, "n_arcs": int(len(tail))}
+
+
+def solve_mincut(problem: PlacementProblem) -> tuple[np.ndarray, dict]:
+    """Optimal two-target placement by one minimum s-t cut (memory caps ignored).
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        Must have exactly two targets. Memory caps are ignored (the caller checks them).
+
+    Returns
+    -------
+    target_of : numpy.ndarray of int, shape (n_nodes,)
+        Target number of every node in an optimal placement.
+    info : dict
+        ``n_arcs`` and ``mincut_s``.
+
+    Raises
+    ------
+    PlacementError
+        If the problem does not have two targets.
+
+    Notes
+    -----
+    Capacities are scaled to integers; see :func:`min_cut_labels` for the rounding bound.
+    """
+    t0 = time.perf_counter()
+    p = problem
+    if p.n_targets != 2:
+        raise PlacementError(f"min-cut placement needs exactly 2 targets, the problem has {p.n_targets}")
+    allowed = p.allowed
+    fixed = np.where(allowed[:, 0] & allowed[:, 1], -1, np.where(allowed[:, 0], 0, 1))
+    W = p.copy_latency_us
+    labels, info = min_cut_labels(
+        fixed,
+        p.latency_us[:, 0],
+        p.latency_us[:, 1],
+        p.tensor_producer,
+        W[:, 0, 1],
+        W[:, 1, 0],
+        p.use_tensor,
+        p.use_consumer,
+    )
+    return labels, {"n_arcs": info["n_arcs"], "mincut_s": round(time.perf_counter() - t0, 4)}
+
+
+def improve_by_swaps(
+    problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None, max_rounds: int = 20
+) -> np.ndarray:
+    """Improve a placement by optimal swap moves between pairs of targets (memory ignored).
+
+    A swap move on targets ``a`` and ``b`` lets every node now on ``a`` or ``b`` (and allowed
+    on both) choose again between the two, all others staying put. Its cost, as a function
+    of those binary choices, is an energy of the form :func:`min_cut_labels` minimises
+    exactly: node latencies and copies to other targets are unary terms; tensors made on
+    ``a``/``b`` and consumed there are copy terms; tensors made elsewhere and consumed on
+    ``a``/``b`` are fetch terms. So each move is optimal and never raises the cost; rounds
+    over all pairs repeat until a round changes nothing, ``max_rounds`` is reached or the
+    ``deadline`` (a ``time.perf_counter()`` value) passes.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    target_of : numpy.ndarray of int, shape (n_nodes,)
+        A placement that respects pins and support; not modified.
+    deadline : float, optional
+    max_rounds : int
+
+    Returns
+    -------
+    numpy.ndarray of int
+        A placement costing at most as much as ``target_of``.
+    """
+    from .cost import evaluate
+
+    p = problem
+    k = p.n_targets
+    L = np.asarray(target_of, dtype=np.int64).copy()
+    W = p.copy_latency_us
+    prod, ut, uc = p.tensor_producer, p.use_tensor, p.use_consumer
+    best = evaluate(p, L).objective_us
+    for _ in range(max_rounds):
+        improved = False
+        for a in range(k):
+            for b in range(a + 1, k):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return L
+                in_set = (L == a) | (L == b)
+                both = p.allowed[:, a] & p.allowed[:, b]
+                fixed = np.where(in_set & both, -1, np.where(L == a, 0, 1))
+                cost0 = p.latency_us[:, a].copy()
+                cost1 = p.latency_us[:, b].copy()
+                # uses whose tensor is made inside the set vs outside, consumer inside vs outside
+                p_in = in_set[prod]
+                c_in = in_set[uc]
+                # copies from a set producer to consumers outside the set: unary on the producer,
+                # once per (tensor, outside target)
+                out_uses = p_in[ut] & ~c_in
+                code = np.unique(ut[out_uses] * k + L[uc[out_uses]])
+                t_o, d_o = code // k, code % k
+                np.add.at(cost0, prod[t_o], W[t_o, a, d_o])
+                np.add.at(cost1, prod[t_o], W[t_o, b, d_o])
+                # copy terms: set producer, set consumers
+                cu = p_in[ut] & c_in
+                ct = np.unique(ut[cu])
+                term = np.full(p.n_tensors, -1, dtype=np.int64)
+                term[ct] = np.arange(len(ct))
+                # fetch terms: producer outside the set, consumers inside
+                fu = ~p_in[ut] & c_in
+                ft = np.unique(ut[fu])
+                fterm = np.full(p.n_tensors, -1, dtype=np.int64)
+                fterm[ft] = np.arange(len(ft))
+                src_f = L[prod[ft]]
+                labels, _ = min_cut_labels(
+                    fixed, np.where(np.isfinite(cost0), cost0, 0.0), np.where(np.isfinite(cost1), cost1, 0.0),
+                    prod[ct], W[ct, a, b], W[ct, b, a], term[ut[cu]], uc[cu],
+                    W[ft, src_f, a], W[ft, src_f, b], fterm[ut[fu]], uc[fu],
+                )  # fmt: skip
+                trial = L.copy()
+                trial[in_set] = np.where(labels[in_set] == 0, a, b)
+                cost = evaluate(p, trial).objective_us
+                if cost < best - 1e-9 * max(1.0, abs(best)):
+                    L, best, improved = trial, cost, True
+        if not improved:
+            break
+    return L

@@ -1,0 +1,39 @@
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def zoo_models():
+    """Every small zoo model, built once per test session."""
+    from autoplace import zoo
+
+    return {name: zoo.get(name) for name in zoo.ZOO}
+
+
+@pytest.fixture(scope="session")
+def reference_outputs(zoo_models):
+    """Single-device (plain ``tvm.compile``) outputs of each zoo model on its seeded random inputs."""
+    from autoplace.build import Runner, single_device_build
+    from autoplace.targets import TargetSet
+
+    out = {}
+    host = TargetSet({"cpu": "llvm"})
+    for name, model in zoo_models.items():
+        inputs = model.random_inputs(seed=0)
+        runner = Runner(single_device_build(model.mod), host, model.params, ["cpu"] * len(model.params),
+                        ["cpu"] * len(inputs))
+        out[name] = (inputs, runner(*inputs))
+    return out
+
+
+def assert_outputs_close(actual, expected, rtol=1e-5, atol=1e-5):
+    if isinstance(expected, tuple):
+        assert isinstance(actual, tuple) and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_outputs_close(a, e, rtol, atol)
+        return
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
