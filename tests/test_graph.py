@@ -1,0 +1,102 @@
+"""The op graph view: names, attributes, tuples, constants, several outputs."""
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import autoplace
+from autoplace import zoo
+
+
+def _split_module():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            parts = bb.emit(relax.op.split(x, 2, axis=1))
+            left = bb.emit(relax.TupleGetItem(parts, 0))
+            right = bb.emit(relax.TupleGetItem(parts, 1))
+            prod = bb.emit(relax.op.multiply(left, right))
+            both = bb.emit(relax.Tuple([prod, left]))
+            cat = bb.emit(relax.op.concat(both, axis=1))
+            scaled = bb.emit(relax.op.add(cat, relax.const(np.full((4, 6), 2.0, "float32"))))
+            out = bb.emit_output(relax.Tuple([scaled, right]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_nodes_edges_and_attributes():
+    graph = autoplace.op_graph(_split_module())
+    assert graph.graph["inputs"] == ["x"]
+    # The constant became a weight parameter (and so a weight node).
+    assert len(graph.graph["weights"]) == 1
+    weight = graph.graph["weights"][0]
+    assert graph.nodes[weight]["weight_bytes"] == 4 * 6 * 4
+    ops = {d["instance"]: n for n, d in graph.nodes(data=True) if d.get("kind") == "op"}
+    assert set(ops) == {"relax.split#0", "relax.multiply#0", "relax.concat#0", "relax.add#0"}
+    split = graph.nodes[ops["relax.split#0"]]
+    assert split["output_shapes"] == [(4, 3), (4, 3)] and split["output_bytes"] == 96
+    assert split["attrs"]["axis"] == 1
+    getitems = [n for n, d in graph.nodes(data=True) if d.get("kind") == "getitem"]
+    assert len(getitems) == 2
+    # Edges from the split to each getitem carry that field's bytes and its index.
+    for g in getitems:
+        data = graph.edges[ops["relax.split#0"], g]
+        assert data["nbytes"] == 48 and data["tensor"] == graph.nodes[g]["index"]
+    concat = graph.nodes[ops["relax.concat#0"]]
+    assert concat["input_shapes"] == [(4, 3), (4, 3)]
+    assert graph.nodes[ops["relax.multiply#0"]]["flops"] == 12
+    assert graph.in_degree("output") == 1 and graph.nodes["output"]["output_bytes"] == 4 * 6 * 4 + 48
+
+
+def test_node_names_are_the_printed_variable_names():
+    model = autoplace.load_model(_split_module())
+    graph = autoplace.op_graph(model)
+    printed = model.mod.script(show_meta=False)
+    for node in graph.graph["order"]:
+        assert f"{node}: " in printed or f"{node} = " in printed
+
+
+def test_matmul_and_conv_flops():
+    mlp = autoplace.op_graph(zoo.mlp())
+    mm = next(d for _, d in mlp.nodes(data=True) if d.get("op") == "relax.matmul")
+    (m, k), (_, n) = mm["input_shapes"]
+    assert mm["flops"] == 2 * m * k * n
+    cnn = autoplace.op_graph(zoo.cnn())
+    conv = next(d for _, d in cnn.nodes(data=True) if d.get("op") == "relax.nn.conv2d")
+    (_, cin, _, _), (cout, _, kh, kw) = conv["input_shapes"]
+    assert conv["flops"] == 2 * np.prod(conv["output_shapes"][0]) * cin * kh * kw
+
+
+def test_bindings_outside_dataflow_and_several_outputs_place_and_run():
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((3, 3), "float32"), y: R.Tensor((3, 3), "float32")):
+            a = R.add(x, y)
+            with R.dataflow():
+                b = R.multiply(a, x)
+                c = R.subtract(b, y)
+                R.output(b, c)
+            d = R.exp(c)
+            return (d, b)
+
+    graph = autoplace.op_graph(Module)
+    assert graph.nodes["a"]["dataflow"] is False and graph.nodes["b"]["dataflow"] is True
+    placement = autoplace.place(Module, None, {"b": "cpu1", "d": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})
+    xv = np.random.default_rng(0).standard_normal((3, 3)).astype("float32")
+    yv = np.ones((3, 3), "float32")
+    d, b = placement.run(xv, yv)
+    np.testing.assert_allclose(b, (xv + yv) * xv, rtol=1e-6)
+    np.testing.assert_allclose(d, np.exp((xv + yv) * xv - yv), rtol=1e-5)
+
+
+def test_instances_and_op_names_select_nodes():
+    from autoplace.graph import select_nodes
+
+    graph = autoplace.op_graph(zoo.cnn())
+    convs = select_nodes(graph, "relax.nn.conv2d")
+    assert len(convs) > 2
+    assert select_nodes(graph, "relax.nn.conv2d#0") == [convs[0]]
+    assert select_nodes(graph, "conv2d") == convs
