@@ -200,11 +200,17 @@ def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
-def lower(mod: tvm.IRModule, *, fuse: bool = True) -> tvm.IRModule:
+def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None) -> tvm.IRModule:
     """Relax-level lowering of an annotated module: legalize, fuse per device, schedule GPU kernels.
 
     The returned module holds the fused kernels exactly as :func:`build` compiles them; the profiler
     measures these same kernels.
+
+    Parameters
+    ----------
+    on_fused : callable, optional
+        Called with the module right after ``FuseOps`` (whose ``main`` binding variables are the
+        ones of the lowered ``main``): the profiler reads which ops each kernel computes from it.
     """
     types = _vdevice_types(mod["main"])  # before RealizeVDevice, which drops some (arange's)
     mod = relax.transform.RealizeVDevice()(mod)
@@ -215,10 +221,14 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True) -> tvm.IRModule:
     mod["main"] = restore_vdevices(mod["main"], types, vdevices[0] if vdevices else None)
     mod = relax.transform.Normalize()(mod)
     # No FoldConstant: a folded constant would be copied to device 0 by the VM (apache/tvm#17884).
-    passes = [relax.transform.AnnotateTIROpPattern()]
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
     if fuse:
-        passes += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
-    mod = tvm.transform.Sequential(passes)(mod)
+        mod = relax.transform.FuseOps()(mod)
+        if on_fused is not None:
+            on_fused(mod)
+        mod = relax.transform.FuseTIR()(mod)
+    elif on_fused is not None:
+        on_fused(mod)
     mod = retarget_kernels(mod)
     mod = relax.transform.DeadCodeElimination()(mod)
     return _schedule_gpu_kernels(mod)

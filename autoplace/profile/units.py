@@ -1,0 +1,196 @@
+"""Profiling units: the fused kernels a build actually runs, and which op nodes each one covers.
+
+A model placed entirely on one target and lowered by :func:`autoplace.build.lower` calls one
+kernel per fusion group. Each ``call_tir`` is a **unit**: its PrimFunc (with the target it is compiled
+for), its argument shapes and the op nodes of :func:`autoplace.graph.op_graph` it computes. Units with
+structurally equal PrimFuncs on the same target kind share a ``key`` (repeated layers are measured
+once). Fusion groups come from ``FuseOps``, which does not depend on the target, so the groups of
+one model are the same on every target and a placement that keeps each group on one device builds
+into exactly these kernels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..build.pipeline import lower
+from ..graph.view import _flat_tensors, _shape
+from ..place import place
+from ..targets import TargetSet
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+@dataclass
+class Unit:
+    """One kernel launch of a lowered model on one target."""
+
+    key: str  # hash of the PrimFunc's structure and the target kind
+    target_kind: str
+    func_name: str
+    prim_func: object = field(repr=False)  # tvm.tirx.PrimFunc with its "target" attribute
+    arg_shapes: list = field(default_factory=list)  # inputs then outputs
+    arg_dtypes: list = field(default_factory=list)
+    num_outputs: int = 1
+    nodes: list = field(default_factory=list)  # op nodes of the op graph this launch computes
+    ops: list = field(default_factory=list)  # their op names, in program order
+
+    @property
+    def nbytes_in(self) -> int:
+        return sum(_nbytes(s, d) for s, d in zip(self.arg_shapes[: -self.num_outputs], self.arg_dtypes))
+
+    @property
+    def nbytes_out(self) -> int:
+        n = self.num_outputs
+        return sum(_nbytes(s, d) for s, d in zip(self.arg_shapes[-n:], self.arg_dtypes[-n:]))
+
+
+def _nbytes(shape, dtype) -> int:
+    bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)
+    return math.prod(shape) * max(1, bits // 8)
+
+
+def unit_key(prim_func, target_kind: str) -> str:
+    """A stable key for a kernel: structural hash of the PrimFunc (target attribute removed) + kind."""
+    func = prim_func.without_attr("target") if prim_func.attrs and "target" in prim_func.attrs else prim_func
+    func = func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
+    digest = hashlib.sha1(f"{tvm_ffi.structural_hash(func)}:{target_kind}".encode()).hexdigest()[:16]
+    return f"{target_kind}-{digest}"
+
+
+class _GroupMapper:
+    """Map each binding of the post-``FuseOps`` ``main`` to the op nodes it computes.
+
+    ``FuseOps`` renames the variables of fused calls and shares one function between structurally
+    equal groups, so names inside a fused function say nothing. Instead the function body is walked
+    with its parameters bound to the original nodes its call reads, and each inner binding is matched
+    to the unclaimed op-graph node whose inputs are exactly the nodes it reads.
+    """
+
+    def __init__(self, graph: nx.DiGraph, fused_mod: tvm.IRModule):
+        self.graph = graph
+        self.claimed: set = set()
+        self.node_of: dict = {}  # main var -> node name, or list of names for a tuple
+        self.groups: dict = {}  # main var -> [op nodes]
+        for var in fused_mod["main"].params:
+            self.node_of[var] = var.name
+        for block in fused_mod["main"].body.blocks:
+            for binding in block.bindings:
+                self._binding(fused_mod, binding)
+
+    def _nodes(self, expr, env) -> list:
+        out = []
+        for var in relax.analysis.free_vars(expr):
+            node = env.get(var, var.name)
+            out.extend(node if isinstance(node, list) else [node])
+        return out
+
+    def _match(self, reads: list, hint: str | None = None) -> str | None:
+        if hint is not None and hint in self.graph and hint not in self.claimed:
+            self.claimed.add(hint)
+            return hint
+        want = set(reads)
+        if want:
+            candidates = set()
+            for node in want:
+                if node in self.graph:
+                    candidates.update(self.graph.successors(node))
+        else:
+            candidates = {n for n in self.graph if self.graph.in_degree(n) == 0}
+        free = [
+            n for n in candidates
+            if n not in self.claimed and self.graph.nodes[n].get("kind") not in ("input", "weight", "output")
+        ]
+        found = [n for n in free if set(self.graph.predecessors(n)) == want]
+        if not found:  # an input was folded into a constant by legalization: match on what is left
+            found = [n for n in free if set(self.graph.predecessors(n)) >= want]
+        if not found:
+            return None
+        node = min(found, key=lambda n: self.graph.nodes[n]["order"])
+        self.claimed.add(node)
+        return node
+
+    def _binding(self, fused_mod, binding):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+            func = fused_mod[value.op]
+            if isinstance(func, relax.Function):
+                env = {}
+                for param, arg in zip(func.params, value.args):
+                    nodes = self._nodes(arg, self.node_of)
+                    env[param] = nodes[0] if len(nodes) == 1 else nodes
+                members = []
+                inner = [b for blk in func.body.blocks for b in blk.bindings]
+                for b in inner:
+                    if isinstance(b.value, relax.Tuple):
+                        env[b.var] = self._nodes(b.value, env)
+                        continue
+                    node = self._match(self._nodes(b.value, env))
+                    env[b.var] = node if node is not None else b.var.name
+                    if node is not None:
+                        members.append(node)
+                result = func.body.body
+                self.node_of[binding.var] = env.get(result, self._nodes(result, env))
+                self.groups[binding.var] = members
+                return
+        # Not fused: the binding keeps its original (unique) name.
+        node = self._match(self._nodes(value, self.node_of), hint=binding.var.name)
+        self.node_of[binding.var] = node if node is not None else binding.var.name
+        self.groups[binding.var] = [node] if node is not None else []
+
+
+def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None) -> list[Unit]:
+    """The kernel launches of ``model`` built entirely on one target, in program order.
+
+    Parameters
+    ----------
+    model : autoplace.Model or anything load_model reads
+    target_spec : target spec
+        One target (``"llvm"``, ``"cuda"``, a dict or a Target).
+    graph : networkx.DiGraph, optional
+        The model's op graph (computed if not given).
+    """
+    targets = TargetSet({"t": target_spec})
+    placement = place(model, None, None, targets)
+    graph = graph if graph is not None else placement.graph
+    fused = []
+    lowered = lower(placement.mod, on_fused=fused.append)
+    groups = _GroupMapper(graph, fused[0]).groups
+    kind = targets["t"].kind
+    units = []
+    for block in lowered["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not (isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR)):
+                continue
+            gvar = value.args[0]
+            func = lowered[gvar]
+            in_types = []
+            for arg in value.args[1].fields:
+                in_types.extend(_flat_tensors(arg.ty))
+            out_types = _flat_tensors(binding.var.ty)
+            members = groups.get(binding.var, [])
+            nodes = [n for n in members if graph.nodes[n].get("kind") == "op"]
+            nodes.sort(key=lambda n: graph.nodes[n]["order"])
+            types = in_types + out_types
+            units.append(
+                Unit(
+                    key=unit_key(func, kind),
+                    target_kind=kind,
+                    func_name=gvar.name_hint,
+                    prim_func=func,
+                    arg_shapes=[_shape(t) for t in types],
+                    arg_dtypes=[str(t.dtype) for t in types],
+                    num_outputs=len(out_types),
+                    nodes=nodes,
+                    ops=[graph.nodes[n]["op"] for n in nodes],
+                )
+            )
+    return units
