@@ -45,22 +45,23 @@ on three random layered DAGs of 10,000 nodes its bound was within 0.1 % of the o
 
 Solving
 -------
-Small models go straight to HiGHS' branch and bound (:func:`scipy.optimize.milp`). Large
-models (more than ``LP_FIRST_NNZ`` nonzeros), where even HiGHS' root LP takes many
-seconds, go through phases that each respect the deadline:
+Every solve starts with a placement and a bound that cost nothing: the greedy placement (or
+the caller's ``start``) and the sum of each node's fastest allowed latency. Small models then
+go straight to HiGHS' branch and bound (:func:`scipy.optimize.milp`). Large models (more than
+:data:`LP_FIRST_NNZ` nonzeros), where even HiGHS' root LP takes many seconds, first go
+through:
 
 1. the LP relaxation by PDLP (first-order, fast to moderate accuracy). Its dual values give
    a proven lower bound whatever their accuracy, through the Lagrangian
-   :math:`\min_{l \le x \le u} (c - A^\top y)^\top x + b(y)^\top y` (row duals clipped to the
+   :math:`\min_{l \le v \le u} (c - A^\top y)^\top v + b(y)^\top y` (row duals clipped to the
    sign their row allows);
-2. a placement by rounding the LP (each node to its largest :math:`x_{i,d}`), improved by
-   single-node moves (best move first, until none helps) when memory is not capped;
-3. branch and bound on the nodes the LP left fractional (the others fixed), to improve it;
-4. branch and bound on the whole model with the remaining time, if the gap is still above
-   the tolerance.
+2. a placement by rounding the LP (each node to its largest :math:`x_{i,d}`), improved, when
+   memory is not capped, by optimal swap moves between pairs of targets (each one a min cut,
+   :func:`autoplace.solve.mincut.improve_by_swaps`) and then single-node moves.
 
-The best placement found and the best bound proven are returned; the gap is computed from
-the placement's cost recomputed in floating point.
+If the gap is still above the tolerance, branch and bound runs on the whole model with the
+time left. The best placement found and the best bound proven are returned; the gap is
+computed from the placement's cost recomputed in floating point.
 """
 
 from __future__ import annotations
@@ -337,6 +338,10 @@ def _fits_memory(problem: PlacementProblem, target_of: np.ndarray) -> bool:
     return bool((evaluate(problem, target_of).memory_bytes <= problem.memory_bytes).all())
 
 
+def _greedy(problem: PlacementProblem) -> np.ndarray:
+    return np.where(problem.allowed, problem.latency_us, np.inf).argmin(axis=1).astype(np.int64)
+
+
 def _objective(problem: PlacementProblem, target_of: np.ndarray) -> float:
     from .cost import evaluate
 
@@ -440,6 +445,8 @@ def improve_by_moves(problem: PlacementProblem, target_of: np.ndarray, deadline:
     for _ in range(1000):
         moved = False
         for i in range(n):
+            if deadline is not None and i % 1024 == 0 and time.perf_counter() > deadline:
+                break
             opts = options[i]
             if len(opts) < 2:
                 continue
@@ -611,58 +618,42 @@ def solve_ilp(
         entry.update(extra)
         info["phases"].append(entry)
 
-    if start is not None:
-        offer(np.asarray(start), "start")
+    # phase 0: a placement and a bound for free: greedy (or the caller's start), and every
+    # node at its fastest allowed target with no copies
+    offer(np.asarray(start) if start is not None else _greedy(p), "start")
+    bound = float(np.where(p.allowed, p.latency_us, np.inf).min(axis=1).sum())
+    note("start", t0)
 
     if lp_first is None:
         lp_first = model.nnz > LP_FIRST_NNZ
-    lp_values = None
     if lp_first:
-        # phase 1: LP relaxation by PDLP -> bound from its duals
+        # phase 1: LP relaxation by PDLP -> proven bound from its duals
         t = time.perf_counter()
-        remaining = deadline - t
-        lp_values, duals = _pdlp(model, 0.5 * remaining, pdlp_tolerance, threads)
+        lp_values, duals = _pdlp(model, 0.5 * (deadline - t), pdlp_tolerance, threads)
         if duals is not None:
-            bound = max(bound, lagrangian_bound(model, duals), lagrangian_bound(model, -duals))
-            bound -= 1e-9 * abs(bound)  # float round-off of the bound computation
-        note("lp (pdlp)", t)
-        # phase 2: round, then single-node moves
-        if lp_values is not None:
-            t = time.perf_counter()
-            rounded = _decode(p, lp_values)
-            offer(rounded, "lp rounding")
-            if not p.has_memory_caps and best is not None:
-                offer(improve_by_swaps(p, best, deadline - 0.5 * (deadline - t)), "swaps")
-                offer(improve_by_moves(p, best, deadline - 0.5 * (deadline - t)), "moves")
-            note("rounding + swaps + moves", t)
-        # phase 3: branch and bound on the nodes the LP left fractional
-        if lp_values is not None and not done() and deadline - time.perf_counter() > 0.5:
-            t = time.perf_counter()
-            x = lp_values[: model.n_x].reshape(p.n_nodes, p.n_targets)
-            anchor = best if best is not None else _decode(p, lp_values)
-            fixed = (x.max(axis=1) > 0.9) & (x.argmax(axis=1) == anchor)
-            rows = np.nonzero(fixed)[0]
-            lower, upper = model.lower.copy(), model.upper.copy()
-            upper[: model.n_x].reshape(p.n_nodes, p.n_targets)[rows] = 0.0
-            upper[rows * p.n_targets + anchor[rows]] = 1.0
-            lower[rows * p.n_targets + anchor[rows]] = 1.0
-            budget = 0.6 * (deadline - time.perf_counter())
-            values, _, status = _branch_and_bound(model, budget, relative_gap, upper=upper, lower=lower)
-            if values is not None:
-                offer(_decode(p, values), "sub-mip")
-            note("sub-mip on fractional nodes", t, free_nodes=int((~fixed).sum()), status=status)
-
-    # phase 4: branch and bound on everything
-    if not done() and deadline - time.perf_counter() > 0.05:
+            lagrangian = max(lagrangian_bound(model, duals), lagrangian_bound(model, -duals))
+            bound = max(bound, lagrangian - 1e-9 * abs(lagrangian))  # round-off of the sum
+        note("lp relaxation (pdlp)", t)
+        # phase 2: round the LP, then swap moves and single-node moves (uncapped only)
         t = time.perf_counter()
-        values, mip_bound, status = _branch_and_bound(model, deadline - t, relative_gap)
-        if status == 2:  # infeasible
+        if lp_values is not None:
+            offer(_decode(p, lp_values), "lp rounding")
+        if not p.has_memory_caps:
+            offer(improve_by_swaps(p, best, deadline - 0.3 * (deadline - t)), "swap moves")
+            offer(improve_by_moves(p, best, deadline - 0.3 * (deadline - t)), "single moves")
+        note("rounding + moves", t)
+
+    # phase 3: branch and bound on the whole model with the time left, minus HiGHS' set-up
+    t = time.perf_counter()
+    budget = deadline - t - (0.05 + 1.5e-6 * model.nnz)
+    if not done() and (budget > 0.2 or not lp_first):
+        values, mip_bound, status = _branch_and_bound(model, max(budget, 0.05), relative_gap)
+        if status == 2:  # proven infeasible
             raise InfeasiblePlacementError(_infeasible_message(p))
         if values is not None:
-            offer(_decode(p, values), "mip")
-        if math.isfinite(mip_bound):
-            bound = max(bound, mip_bound)
-        note("mip", t, status=status)
+            offer(_decode(p, values), "branch and bound")
+        bound = max(bound, mip_bound)
+        note("branch and bound (highs)", t, status=status)
 
     if best is None:
         raise PlacementError(

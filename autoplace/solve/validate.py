@@ -85,7 +85,7 @@ def validate_plan(problem: PlacementProblem, plan: PlacementPlan, rtol: float = 
     a = plan.assignment
     for i, v in enumerate(p.nodes):
         if v not in a:
-            raise PlacementError(f"plan ({plan.method}) places no target for node {v!r}")
+            raise PlacementError(f"plan ({plan.method}) gives no target for node {v!r}")
         t = a[v]
         if t not in p.targets:
             raise PlacementError(

@@ -1,0 +1,20 @@
+"""Profiling: measure what the build really runs (fused kernels per target, copies, VM call overhead)
+and keep it in ``profiles/<hardware id>/``."""
+
+from .hardware import hardware_metadata
+from .job import profile_models
+from .measure import KernelTimer
+from .store import CorruptRecordWarning, ForeignProfileWarning, ProfileStore, default_profile_dir
+from .units import Unit, extract_units
+
+__all__ = [
+    "CorruptRecordWarning",
+    "ForeignProfileWarning",
+    "KernelTimer",
+    "ProfileStore",
+    "Unit",
+    "default_profile_dir",
+    "extract_units",
+    "hardware_metadata",
+    "profile_models",
+]

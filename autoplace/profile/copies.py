@@ -1,0 +1,101 @@
+"""Copy costs between devices and VM call overhead, measured as the Relax VM runs them.
+
+Copies are timed as ``R.to_vdevice`` inside a compiled Relax function (what a placed module
+executes), over sizes from 4 bytes to hundreds of MB, and fitted with
+``latency_us = alpha_us + nbytes * us_per_byte`` by non-negative least squares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+import tvm
+from tvm import relax
+
+from ..build.pipeline import build
+from ..targets import TargetSet
+
+#: Copy sizes measured by default: 4 B .. 256 MiB (powers of 4).
+DEFAULT_COPY_SIZES = tuple(4 ** k for k in range(1, 15))
+
+
+def _vm_time_us(executable, targets: TargetSet, args, *, repeat: int, min_repeat_ms: int) -> dict:
+    vm = relax.VirtualMachine(executable, targets.devices)
+    vm.set_input("main", *args)
+    vm["main"](*args)
+    timer = vm.time_evaluator("invoke_stateful", targets.host.device, number=1, repeat=repeat,
+                              min_repeat_ms=min_repeat_ms)
+    samples = np.asarray(timer("main").results) * 1e6
+    return dict(median_us=float(np.median(samples)), min_us=float(samples.min()), max_us=float(samples.max()),
+                std_us=float(samples.std()), samples=len(samples))
+
+
+def copy_module(nbytes: int, src, dst, targets: TargetSet) -> tvm.IRModule:
+    """``main(x on src) = to_vdevice(x, dst)`` for a float32 tensor of ``nbytes`` (rounded up to 4)."""
+    n = max(1, nbytes // 4)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n,), "float32", targets[src].vdevice))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.to_vdevice(x, targets[dst].vdevice))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    mod.update_global_info("vdevice", targets.vdevices)
+    return mod
+
+
+def measure_copies(targets: TargetSet, src: str, dst: str, sizes=DEFAULT_COPY_SIZES, *, repeat: int = 7,
+                   min_repeat_ms: int = 20, progress=None) -> list[dict]:
+    """Time ``to_vdevice`` from ``src`` to ``dst`` for each size; one result dict per size."""
+    results = []
+    for nbytes in sizes:
+        mod = copy_module(nbytes, src, dst, targets)
+        executable = build(mod)
+        x = tvm.runtime.tensor(np.zeros(max(1, nbytes // 4), "float32"), targets[src].device)
+        res = _vm_time_us(executable, targets, [x], repeat=repeat, min_repeat_ms=min_repeat_ms)
+        results.append(dict(nbytes=int(max(1, nbytes // 4) * 4), **res))
+        if progress is not None:
+            progress.update(1)
+    return results
+
+
+def fit_copy_cost(nbytes, latency_us) -> tuple[float, float]:
+    """Fit ``latency = alpha + nbytes * per_byte`` (both >= 0) by least squares on relative error.
+
+    Relative weighting (each point divided by its latency) keeps the small copies, whose cost is all
+    alpha, from being ignored next to the large ones.
+    """
+    nbytes = np.asarray(nbytes, dtype=float)
+    latency = np.asarray(latency_us, dtype=float)
+    weight = 1.0 / np.maximum(latency, 1e-3)
+    a = np.stack([np.ones_like(nbytes), nbytes], axis=1) * weight[:, None]
+    (alpha, per_byte), _ = scipy.optimize.nnls(a, latency * weight)
+    return float(alpha), float(per_byte)
+
+
+def launch_module(calls: int, vdevice) -> tvm.IRModule:
+    """``main(x)`` applying ``calls`` chained one-element adds: to time the VM's cost of one kernel call."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1,), "float32", vdevice))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for _ in range(calls):
+                y = bb.emit(relax.op.add(y, y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, min_repeat_ms: int = 20) -> dict:
+    """VM time of one kernel call on target ``name`` (a 65-call chain minus a 1-call one, per call)."""
+    target = TargetSet({name: targets[name].target})
+    times = {}
+    for calls in (1, 65):
+        mod = launch_module(calls, target[name].vdevice)
+        mod.update_global_info("vdevice", target.vdevices)
+        executable = build(mod, fuse=False)
+        x = tvm.runtime.tensor(np.zeros(1, "float32"), target[name].device)
+        times[calls] = _vm_time_us(executable, target, [x], repeat=repeat, min_repeat_ms=min_repeat_ms)
+    per_call = (times[65]["median_us"] - times[1]["median_us"]) / 64
+    return dict(median_us=float(max(per_call, 0.0)), single_call_us=times[1]["median_us"])

@@ -1,0 +1,66 @@
+"""Where a profile was measured: CPU model and cores, GPU name and driver, TVM version, date."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import shutil
+import subprocess
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[dict]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, driver, memory = [p.strip() for p in line.split(",")]
+        gpus.append({"name": name, "driver": driver, "memory": memory})
+    return gpus
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def hardware_metadata() -> dict:
+    """Describe this machine; ``hardware_id`` names its ``profiles/`` folder.
+
+    The id is built from the CPU model, the number of cores usable here and the GPUs, so two
+    machines of the same kind share profiles and a different one never does silently.
+    """
+    import tvm
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = _cpu_model()
+    gpus = _gpus()
+    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
+    return {
+        "hardware_id": "-".join(parts),
+        "cpu_model": cpu,
+        "cpu_cores": cores,
+        "machine": platform.machine(),
+        "gpus": gpus,
+        "tvm_version": tvm.__version__,
+        "python": platform.python_version(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }

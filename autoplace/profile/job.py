@@ -1,0 +1,141 @@
+"""The offline profiling job: unique kernels of many models on every target, copies, call overhead.
+
+``profile_models`` extracts the units of every model on every target, drops the ones the store
+already has (a killed job resumes where it stopped), measures the rest one by one (each record is
+on disk before the next starts) with a progress bar and an estimate of the time left.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import time
+from collections.abc import Iterable
+
+from tqdm.auto import tqdm
+
+from ..frontend import load_model
+from ..graph import op_graph
+from ..targets import TargetSet
+from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
+from .measure import KernelTimer
+from .store import ProfileStore
+from .units import extract_units
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def target_label(target) -> str:
+    """How records name a device: kind and vdevice id (``llvm:0``, ``cuda:0``)."""
+    return f"{target.kind}:{target.vdevice_id}"
+
+
+def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) -> dict:
+    """The record of one measured kernel: features the cost model uses plus the timing."""
+    nodes = [graph.nodes[n] for n in unit.nodes]
+    anchor = max(nodes, key=lambda d: d.get("flops", 0.0)) if nodes else {}
+    return dict(
+        kind="unit",
+        key=unit.key,
+        target=target_kind,
+        model=model_name,
+        func_name=unit.func_name,
+        ops=unit.ops,
+        anchor_op=anchor.get("op", unit.func_name),
+        anchor_attrs=anchor.get("attrs", {}),
+        anchor_input_shapes=[list(s) for s in anchor.get("input_shapes", [])],
+        arg_shapes=[list(s) for s in unit.arg_shapes],
+        arg_dtypes=unit.arg_dtypes,
+        num_outputs=unit.num_outputs,
+        flops=float(sum(d.get("flops", 0.0) for d in nodes)),
+        bytes_in=unit.nbytes_in,
+        bytes_out=unit.nbytes_out,
+        measured_at=_now(),
+        **result,
+    )
+
+
+def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
+                   copy_sizes=DEFAULT_COPY_SIZES, timer: KernelTimer | None = None, progress: bool = True,
+                   log=print) -> dict:
+    """Profile models on targets into ``store``; returns a summary dict.
+
+    Parameters
+    ----------
+    models : iterable
+        Models (anything :func:`autoplace.load_model` reads, or ``(name, model)`` pairs).
+    targets : dict or TargetSet
+        Only targets this machine can run are measured; the others are reported as skipped
+        (profile them on their machine, see :mod:`autoplace.profile.remote`).
+    store : ProfileStore
+    copies : bool
+        Also measure copies between every ordered pair of targets, and the VM call overhead.
+    """
+    targets = TargetSet(targets)
+    skipped_targets = targets.unavailable()
+    runnable = [name for name in targets if name not in skipped_targets]
+    kinds = {}
+    for name in runnable:
+        kinds.setdefault(targets[name].kind, name)  # one profile per target kind
+    done = store.done()
+    todo, seen, total_units = [], set(), 0
+    started = time.perf_counter()
+    for item in models:
+        name, model = item if isinstance(item, tuple) else (None, item)
+        model = load_model(model, name=name)
+        graph = op_graph(model)
+        for kind, tname in kinds.items():
+            units = extract_units(model, targets[tname].target, graph=graph)
+            total_units += len(units)
+            for unit in units:
+                tag = ("unit", unit.key, kind)
+                if tag in seen:
+                    continue
+                seen.add(tag)
+                if tag not in done:
+                    todo.append((model.name, graph, unit, targets[tname].target, kind))
+    log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already profiled, "
+        f"{len(todo)} to measure on {sorted(kinds)}" + (f"; not on this machine: {skipped_targets}" if skipped_targets else ""))
+    own_timer = timer is None
+    timer = timer or KernelTimer()
+    measured = failed = 0
+    try:
+        bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
+        for model_name, graph, unit, target, kind in bar:
+            bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
+            result = timer.measure(unit, target)
+            store.append(unit_record(unit, graph, model_name, kind, result))
+            measured += 1
+            failed += result["status"] != "ok"
+    finally:
+        if own_timer:
+            timer.close()
+    if copies:
+        _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
+    return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed,
+                skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
+
+
+def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -> None:
+    for name in runnable:
+        label = target_label(targets[name])
+        if ("launch", "vm_call", label) not in done:
+            result = measure_launch_overhead(targets, name)
+            store.append(dict(kind="launch", key="vm_call", target=label, measured_at=_now(), status="ok", **result))
+    pairs = [(s, d) for s, d in itertools.permutations(runnable, 2)]
+    for src, dst in pairs:
+        label = f"{target_label(targets[src])}->{target_label(targets[dst])}"
+        if ("copy_fit", "fit", label) in done:
+            continue
+        bar = tqdm(total=len(copy_sizes), desc=f"copies {label}", unit="size", disable=not progress)
+        results = measure_copies(targets, src, dst, copy_sizes, progress=bar)
+        bar.close()
+        for res in results:
+            store.append(dict(kind="copy", key=str(res["nbytes"]), target=label, measured_at=_now(), status="ok", **res))
+        alpha, per_byte = fit_copy_cost([r["nbytes"] for r in results], [r["median_us"] for r in results])
+        store.append(dict(kind="copy_fit", key="fit", target=label, alpha_us=alpha, us_per_byte=per_byte,
+                          bandwidth_gb_s=(1e-3 / per_byte) if per_byte > 0 else None,
+                          measured_at=_now(), status="ok"))
+        log(f"copy {label}: alpha {alpha:.2f} us, {1e-3 / per_byte if per_byte else float('inf'):.2f} GB/s")

@@ -1,0 +1,401 @@
+"""Tests of autoplace.solve: hand-computed optima, agreement with brute force, invariants of
+every method, error messages, JSON round trips, and time limits."""
+
+import json
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoplace.solve import (
+    InfeasiblePlacementError,
+    PlacementError,
+    PlacementPlan,
+    PlacementProblem,
+    brute_force,
+    build_model,
+    evaluate,
+    solve,
+    validate_plan,
+)
+from autoplace.solve.baselines import greedy
+from autoplace.solve.mincut import improve_by_swaps
+from autoplace.solve.synthetic import default_copy_cost, layered_dag, small_random_graph
+
+CPU_GPU = {("cpu", "gpu"): (5.0, 0.01), ("gpu", "cpu"): (5.0, 0.01)}  # 5 us + 100 bytes/us
+
+
+def exact(problem, method):
+    """Solve to optimality (no gap tolerance) with one method."""
+    return solve(problem, method=method, relative_gap=1e-9, time_limit_s=30.0)
+
+
+def random_problems(n_targets, count, seed):
+    """Seeded small problems; skips the ones that are invalid by construction."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        g, cost, memory, targets = small_random_graph(rng, n_targets)
+        try:
+            out.append(PlacementProblem.from_graph(g, cost, targets=targets, memory_bytes=memory))
+        except PlacementError:
+            continue
+    return out
+
+
+# ---------------------------------------------------------------------- hand-computed optima
+
+
+def test_shared_input_is_copied_once_per_destination():
+    # (a + b) and (b + c); inputs on the host, each add 100 us on cpu, 10 us on gpu,
+    # every tensor 1000 bytes -> a copy costs 5 + 1000 * 0.01 = 15 us.
+    #   both adds on gpu: 10 + 10 + copies of a, b (once, shared), c = 20 + 45 = 65   <- optimum
+    #   add1 gpu, add2 cpu: 10 + 100 + copies a, b = 140; both cpu: 200
+    # (copying b once per consumer would cost 80.)
+    g = nx.DiGraph()
+    for v in "abc":
+        g.add_node(v, pinned="cpu")
+    g.add_node("add1", latency_us={"cpu": 100.0, "gpu": 10.0})
+    g.add_node("add2", latency_us={"cpu": 100.0, "gpu": 10.0})
+    for u, v in [("a", "add1"), ("b", "add1"), ("b", "add2"), ("c", "add2")]:
+        g.add_edge(u, v, nbytes=1000)
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    for method in ("auto", "ilp", "mincut", "brute_force"):
+        plan = exact(p, method)
+        assert plan.objective_us == pytest.approx(65.0)
+        assert plan.compute_us == pytest.approx(20.0) and plan.copy_us == pytest.approx(45.0)
+        assert sorted(c.producer for c in plan.copies) == ["a", "b", "c"]
+        assert plan.assignment["add1"] == plan.assignment["add2"] == "gpu"
+        assert plan.status == "optimal" and plan.bound_us == pytest.approx(65.0)
+
+
+def test_resident_weight_copies_are_free_but_take_memory():
+    # x (host input, 100 bytes) and w (resident weight, 10_000 bytes) feed mm (cpu 50, gpu 5).
+    # mm on gpu: 5 + copy x (5 + 1) = 11; w's copy costs nothing        <- optimum
+    # mm on cpu: 50.
+    # memory on gpu: mm (0 weights + 400 output) + x copied (100) + w copied (10_000 + 10_000)
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("w", resident=True, weight_bytes=10_000, pinned="cpu")
+    g.add_node("mm", latency_us={"cpu": 50.0, "gpu": 5.0}, output_bytes=400)
+    g.add_edge("x", "mm", nbytes=100)
+    g.add_edge("w", "mm", nbytes=10_000)
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    plan = exact(p, "auto")
+    assert plan.objective_us == pytest.approx(11.0)
+    assert {(c.producer, c.latency_us) for c in plan.copies} == {("x", 6.0), ("w", 0.0)}
+    per = plan.per_target()
+    assert per["gpu"]["memory_bytes"] == 400 + 100 + 20_000
+    assert per["cpu"]["memory_bytes"] == 100 + 20_000
+    assert per["gpu"]["nodes"] == ["mm"] and per["gpu"]["compute_us"] == pytest.approx(5.0)
+    # cap the gpu below what the weight needs there: mm must stay on the host (50 us)
+    capped = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 20_000})
+    for method in ("auto", "ilp", "brute_force"):
+        assert exact(capped, method).objective_us == pytest.approx(50.0)
+
+
+def test_several_tensors_of_one_node_are_copied_separately():
+    # split (host only) makes two tensors: t0 (1000 B) for p, t1 (3000 B) for q and r.
+    # p, q, r: cpu 100, gpu 10. Copy of t0 = 15 us, of t1 = 35 us (shared by q and r).
+    #   all three on gpu: 30 + 15 + 35 = 80   <- optimum
+    #   p on gpu only: 10 + 200 + 15 = 225; q, r on gpu only: 20 + 100 + 35 = 155
+    g = nx.DiGraph()
+    g.add_node("split", latency_us={"cpu": 1.0})
+    for v in "pqr":
+        g.add_node(v, latency_us={"cpu": 100.0, "gpu": 10.0})
+    g.add_edge("split", "p", nbytes=1000, tensor=0)
+    g.add_edge("split", "q", nbytes=3000, tensor=1)
+    g.add_edge("split", "r", nbytes=3000, tensor=1)
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    assert p.n_tensors == 2 and sorted(p.tensor_nbytes.tolist()) == [1000, 3000]
+    for method in ("auto", "ilp", "brute_force"):
+        plan = exact(p, method)
+        assert plan.objective_us == pytest.approx(81.0)  # + 1 us of split on cpu
+        assert sorted((c.tensor, c.nbytes) for c in plan.copies) == [(0, 1000), (1, 3000)]
+
+
+def test_three_targets_route_through_the_cheap_link():
+    # x on cpu (free), y = f(x): cpu 100, g0 10, g1 12; z = h(y): cpu 100, g0 50, g1 5.
+    # copies (0 bytes): cpu->g0 10, cpu->g1 30, g0<->g1 2, g->cpu 10.
+    #   y g0 (10 + copy x 10), z g1 (5 + copy y 2) = 27   <- optimum
+    #   y g1 (12 + 30), z g1 (5) = 47; y g0, z g0 = 70
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("y", latency_us={"cpu": 100.0, "g0": 10.0, "g1": 12.0})
+    g.add_node("z", latency_us={"cpu": 100.0, "g0": 50.0, "g1": 5.0})
+    g.add_edge("x", "y", nbytes=0)
+    g.add_edge("y", "z", nbytes=0)
+    alpha = {("cpu", "g0"): 10, ("cpu", "g1"): 30, ("g0", "g1"): 2, ("g1", "g0"): 2, ("g0", "cpu"): 10,
+             ("g1", "cpu"): 10}  # fmt: skip
+    p = PlacementProblem.from_graph(g, {k: (v, 0.0) for k, v in alpha.items()})
+    assert p.targets == ("cpu", "g0", "g1")
+    for method in ("auto", "ilp", "brute_force"):
+        plan = exact(p, method)
+        assert plan.objective_us == pytest.approx(27.0)
+        assert plan.assignment == {"x": "cpu", "y": "g0", "z": "g1"}
+    assert solve(p, "greedy").objective_us == pytest.approx(10 + 5 + 10 + 2)  # greedy is optimal here
+    assert solve(p, "all:cpu").objective_us == pytest.approx(200.0)
+
+
+def test_memory_cap_forces_second_best():
+    # two independent heavy nodes (weights 600 B each), gpu holds 1000 B:
+    # a: cpu 100, gpu 10; b: cpu 50, gpu 10 -> only one fits: a on gpu (10 + 50 = 60) beats b (100 + 10)
+    g = nx.DiGraph()
+    g.add_node("a", latency_us={"cpu": 100.0, "gpu": 10.0}, weight_bytes=600)
+    g.add_node("b", latency_us={"cpu": 50.0, "gpu": 10.0}, weight_bytes=600)
+    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 1000})
+    for method in ("auto", "ilp", "brute_force"):
+        plan = exact(p, method)
+        assert plan.objective_us == pytest.approx(60.0)
+        assert plan.assignment == {"a": "gpu", "b": "cpu"}
+    with pytest.raises(PlacementError, match="memory"):
+        solve(p, "mincut")  # its optimum (both on gpu) breaks the cap
+    with pytest.raises(InfeasiblePlacementError, match=r"memory_bytes\['gpu'\]"):
+        solve(p, "all:gpu")
+
+
+# ---------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("n_targets", [2, 3])
+def test_exact_methods_match_brute_force(n_targets):
+    methods = ["auto", "ilp"] + (["mincut"] if n_targets == 2 else [])
+    for p in random_problems(n_targets, 60, seed=n_targets):
+        try:
+            ref = brute_force(p)
+        except InfeasiblePlacementError:
+            for method in ("auto", "ilp"):
+                with pytest.raises(InfeasiblePlacementError):
+                    exact(p, method)
+            continue
+        for method in methods:
+            if method == "mincut" and p.has_memory_caps:
+                continue
+            plan = exact(p, method)
+            assert plan.objective_us == pytest.approx(ref.objective_us, rel=1e-6, abs=1e-9), (method, p.to_dict())
+            assert plan.status == "optimal"
+            assert plan.bound_us <= ref.objective_us * (1 + 1e-6) + 1e-9
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), n_targets=st.sampled_from([2, 3]))
+def test_auto_matches_brute_force_hypothesis(seed, n_targets):
+    p = random_problems(n_targets, 1, seed)[0]
+    try:
+        ref = brute_force(p)
+    except InfeasiblePlacementError:
+        with pytest.raises(InfeasiblePlacementError):
+            exact(p, "auto")
+        return
+    assert exact(p, "auto").objective_us == pytest.approx(ref.objective_us, rel=1e-6, abs=1e-9)
+
+
+def test_mincut_matches_ilp_on_a_larger_graph():
+    g = layered_dag(10, 30, targets=("cpu", "gpu0"), seed=3)
+    p = PlacementProblem.from_graph(g, default_copy_cost(["cpu", "gpu0"]))
+    cut = solve(p, "mincut")
+    ilp = exact(p, "ilp")
+    assert cut.objective_us == pytest.approx(ilp.objective_us, rel=1e-7)
+
+
+# ---------------------------------------------------------------------- invariants of every method
+
+
+@pytest.mark.parametrize("n_targets", [2, 3])
+def test_every_method_gives_a_valid_plan_no_better_than_optimal(n_targets):
+    for p in random_problems(n_targets, 25, seed=10 + n_targets):
+        try:
+            best = brute_force(p).objective_us
+        except InfeasiblePlacementError:
+            continue
+        methods = ["auto", "ilp", "greedy", "brute_force"] + [f"all:{t}" for t in p.targets]
+        if n_targets == 2 and not p.has_memory_caps:
+            methods.append("mincut")
+        plans = []
+        for method in methods:
+            try:
+                plans.append(solve(p, method))
+            except InfeasiblePlacementError:
+                assert method.startswith("all:") or method == "greedy"
+        plans.append(solve(p, "manual", assignment=plans[0].assignment))
+        for plan in plans:
+            validate_plan(p, plan)
+            for i, v in enumerate(p.nodes):
+                if p.pinned[i] >= 0:
+                    assert plan.assignment[v] == p.targets[p.pinned[i]]
+            assert plan.objective_us >= best * (1 - 1e-6) - 1e-9, plan.method
+            assert plan.bound_us <= best * (1 + 1e-6) + 1e-9, plan.method
+            assert plan.objective_us == pytest.approx(plan.compute_us + plan.copy_us)
+            assert sum(c.latency_us for c in plan.copies) == pytest.approx(plan.copy_us)
+            assert sum(t["compute_us"] for t in plan.per_target().values()) == pytest.approx(plan.compute_us)
+
+
+def test_swap_moves_never_raise_the_cost():
+    for p in random_problems(3, 40, seed=7):
+        start = greedy(p)
+        improved = improve_by_swaps(p, start)
+        assert evaluate(p, improved).objective_us <= evaluate(p, start).objective_us + 1e-9
+        assert p.allowed[np.arange(p.n_nodes), improved].all()
+
+
+def test_validator_catches_a_wrong_plan():
+    g = two_node_graph()
+    g.add_node("sort", latency_us={"cpu": 5.0})
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    plan = solve(p, "greedy")
+    plan.objective_us += 1.0
+    with pytest.raises(PlacementError, match="objective_us"):
+        validate_plan(p, plan)
+    plan = solve(p, "greedy")
+    plan.assignment["x"] = "gpu"
+    with pytest.raises(PlacementError, match=r"node 'x' on 'gpu' but it is pinned to 'cpu'"):
+        validate_plan(p, plan)
+    plan = solve(p, "greedy")
+    plan.assignment["sort"] = "gpu"
+    with pytest.raises(PlacementError, match=r"node 'sort' on 'gpu', which does not support it"):
+        validate_plan(p, plan)
+    plan = solve(p, "greedy")
+    del plan.assignment["mm"]
+    with pytest.raises(PlacementError, match=r"no target for node 'mm'"):
+        validate_plan(p, plan)
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def two_node_graph(**attrs):
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("mm", latency_us={"cpu": 100.0, "gpu": 10.0}, **attrs)
+    g.add_edge("x", "mm", nbytes=1000)
+    return g
+
+
+def test_pinned_to_unsupported_target_names_node_and_fix():
+    g = two_node_graph()
+    g.add_node("sort", latency_us={"cpu": 5.0}, pinned="gpu")
+    with pytest.raises(InfeasiblePlacementError, match=r"'sort' is pinned to 'gpu'.*unpin node 'sort'"):
+        PlacementProblem.from_graph(g, CPU_GPU)
+
+
+def test_contradictory_pins():
+    with pytest.raises(PlacementError, match=r"contradictory pins for node 'mm'"):
+        PlacementProblem.from_graph(two_node_graph(pinned="cpu"), CPU_GPU, pins={"mm": "gpu"})
+
+
+def test_node_supported_nowhere():
+    g = two_node_graph()
+    g.add_node("odd", latency_us={"npu": 1.0})
+    with pytest.raises(InfeasiblePlacementError, match=r"node 'odd' is supported on no target"):
+        PlacementProblem.from_graph(g, CPU_GPU, targets=["cpu", "gpu"])
+
+
+def test_unknown_targets_and_missing_copy_cost():
+    with pytest.raises(PlacementError, match=r"'tpu'"):
+        PlacementProblem.from_graph(two_node_graph(), CPU_GPU, pins={"mm": "tpu"})
+    with pytest.raises(PlacementError, match=r"'tpu'"):
+        PlacementProblem.from_graph(two_node_graph(), CPU_GPU, memory_bytes={"tpu": 1})
+    with pytest.raises(PlacementError, match=r"\('gpu', 'cpu'\)"):
+        PlacementProblem.from_graph(two_node_graph(), {("cpu", "gpu"): (1.0, 0.0)})
+
+
+def test_memory_cap_nothing_fits():
+    g = two_node_graph(weight_bytes=5000)
+    # mm (5000 bytes of weights, no output edges) fits on neither target
+    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"cpu": 4000, "gpu": 4000})
+    with pytest.raises(InfeasiblePlacementError, match=r"node 'mm' needs 5000 bytes.*raise memory_bytes"):
+        solve(p)
+    # the host input alone overflows the cpu cap
+    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"cpu": 10})
+    with pytest.raises(InfeasiblePlacementError, match=r"memory cap of cpu \(10 bytes\).*memory_bytes\['cpu'\]"):
+        solve(p, "ilp")
+    # each node fits alone but not with the copies they need: the solver finds out
+    g = nx.DiGraph()
+    g.add_node("a", latency_us={"cpu": 1.0, "gpu": 1.0}, weight_bytes=600)
+    g.add_node("b", latency_us={"cpu": 1.0, "gpu": 1.0}, weight_bytes=600)
+    g.add_edge("a", "b", nbytes=100)
+    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"cpu": 750, "gpu": 750})
+    with pytest.raises(InfeasiblePlacementError, match="no placement fits the memory caps"):
+        solve(p)
+
+
+def test_baseline_and_method_errors():
+    g = two_node_graph()
+    g.add_node("sort", latency_us={"cpu": 5.0})
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    with pytest.raises(InfeasiblePlacementError, match=r"does not support nodes \['sort'\]"):
+        solve(p, "all:gpu")
+    with pytest.raises(InfeasiblePlacementError, match=r"nodes \['x'\] are pinned"):
+        solve(PlacementProblem.from_graph(two_node_graph(), CPU_GPU), "all:gpu")
+    with pytest.raises(PlacementError, match=r"no target for nodes \['sort'\]"):
+        solve(p, "manual", assignment={"x": "cpu", "mm": "gpu"})
+    with pytest.raises(PlacementError, match=r"node 'sort' on 'gpu'"):
+        solve(p, "manual", assignment={"x": "cpu", "mm": "gpu", "sort": "gpu"})
+    with pytest.raises(PlacementError, match="unknown method"):
+        solve(p, "simulated_annealing")
+    with pytest.raises(PlacementError, match="exactly 2 targets"):
+        solve(PlacementProblem.from_graph(two_node_graph(), CPU_GPU, targets=["cpu"]), "mincut")
+
+
+# ---------------------------------------------------------------------- data in and out
+
+
+def test_from_graph_reads_attributes():
+    g = two_node_graph(weight_bytes=7)
+    g.add_node("y", latency_us={"gpu": 1.0, "cpu": 2.0})
+    g.add_edge("mm", "y", nbytes=30)
+    g.add_edge("x", "y", nbytes=50)
+    p = PlacementProblem.from_graph(g, CPU_GPU)
+    assert p.targets == ("cpu", "gpu")
+    i = p.node_index
+    assert p.output_bytes[i["x"]] == 1000 and p.output_bytes[i["mm"]] == 30 and p.output_bytes[i["y"]] == 0
+    # x's two out-edges carry one tensor (the larger size wins)
+    assert p.n_tensors == 2 and p.tensor_nbytes[p.tensor_producer == i["x"]].tolist() == [1000]
+    assert p.weight_bytes[i["mm"]] == 7
+    assert np.isinf(p.latency_us).sum() == 0 and p.latency_us[i["x"]].tolist() == [0.0, 0.0]
+    assert "3 nodes" in repr(p)
+
+
+def test_problem_and_plan_round_trip_through_json():
+    for p in random_problems(3, 10, seed=21):
+        q = PlacementProblem.from_dict(json.loads(json.dumps(p.to_dict())))
+        assert q.to_dict() == p.to_dict()
+        try:
+            plan = solve(p)
+        except InfeasiblePlacementError:
+            continue
+        again = PlacementPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+        assert again.to_dict() == plan.to_dict()
+        validate_plan(q, again)
+        assert solve(q).objective_us == pytest.approx(plan.objective_us)
+    assert "status='optimal'" in repr(plan) and "gap=" in repr(plan)
+
+
+def test_model_has_labelled_constraint_blocks():
+    p = random_problems(3, 1, seed=2)[0]
+    labels = [name for name, _, _ in build_model(p).blocks]
+    assert labels[0].startswith("(a)") and any(n.startswith("(b)") for n in labels)
+
+
+# ---------------------------------------------------------------------- scale and time limits
+
+
+def test_tiny_time_limit_on_a_big_problem_returns_a_plan_with_a_gap():
+    targets = ["cpu", "gpu0", "gpu1"]
+    p = PlacementProblem.from_graph(layered_dag(100, 100, targets=targets, seed=1), default_copy_cost(targets))
+    plan = solve(p, time_limit_s=0.3)
+    assert plan.status in ("feasible", "optimal")
+    assert math.isfinite(plan.gap) and 0 <= plan.gap < 1
+    assert plan.bound_us <= plan.objective_us
+    assert plan.objective_us <= solve(p, "greedy").objective_us + 1e-6
+
+
+def test_two_target_benchmark_is_fast_and_exact():
+    targets = ["cpu", "gpu0"]
+    p = PlacementProblem.from_graph(layered_dag(100, 100, targets=targets, seed=0), default_copy_cost(targets))
+    plan = solve(p)
+    assert plan.method == "auto/mincut" and plan.status == "optimal" and plan.gap == 0
+    assert plan.solve_time_s < 2.0
