@@ -174,4 +174,14 @@ def get(name: str, size: str = "small") -> Model:
         return bert("bert_base")
     if name not in makers:
         raise KeyError(f"no zoo model {name!r}; the zoo has {list(makers) + ['bert_base']}")
-    return makers[name](size)
+    if size not in ("small", "base"):
+        raise KeyError(f"zoo size must be 'small' or 'base', not {size!r}")
+    model = makers[name](size)
+    model.name = name if size == "small" else f"{name}-base"
+    return model
+
+
+def parse(spec: str) -> Model:
+    """``"cnn"``, ``"cnn-base"`` or ``"bert_base"`` -> the zoo model."""
+    name, _, size = spec.partition("-")
+    return get(name, size or "small")

@@ -55,6 +55,12 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--json", help="also write the rows (with per-phase detail) to this file")
     ap.add_argument("--phases", action="store_true", help="print the ILP phases of each solve")
+    ap.add_argument(
+        "--caps",
+        type=float,
+        metavar="FRACTION",
+        help="also solve with each accelerator's memory capped at FRACTION of all nodes' footprint",
+    )
     args = ap.parse_args(argv)
 
     cases = [
@@ -63,19 +69,26 @@ def main(argv=None):
         (("cpu", "gpu0", "gpu1"), 1e-2, None),
         (("cpu", "gpu0", "gpu1"), 1e-4, None),
     ]
+    if args.caps is not None:
+        cases += [(("cpu", "gpu0"), 1e-2, args.caps), (("cpu", "gpu0", "gpu1"), 1e-2, args.caps)]
     rows = []
-    header = f"{'targets':>7} {'nodes':>6} {'edges':>6} {'caps':>4} {'tol':>6} {'method':>12} {'status':>9} " \
-             f"{'objective_us':>13} {'bound_us':>13} {'gap':>8} {'solve_s':>8} {'problem_s':>9}"
+    header = (
+        f"{'targets':>7} {'nodes':>6} {'edges':>6} {'caps':>4} {'tol':>6} {'method':>12} {'status':>9} "
+        f"{'objective_us':>13} {'bound_us':>13} {'gap':>8} {'solve_s':>8} {'problem_s':>9}"
+    )
     print(header)
     for seed in args.seeds:
         for targets, tol, mem in cases:
             r = run_case(list(targets), args.layers, args.width, seed, args.time_limit, tol, mem)
             r["seed"] = seed
             rows.append(r)
-            print(f"{r['targets']:>7} {r['nodes']:>6} {r['edges']:>6} {r['caps']:>4} {tol:>6.0e} {r['method']:>12} "
-                  f"{r['status']:>9} {r['objective_us']:>13.1f} {r['bound_us']:>13.1f} {r['gap']:>8.4%} "
-                  f"{r['solve_s']:>8.2f} {r['problem_s']:>9.2f}", flush=True)
-            if args.phases and r["phases"]:
+            print(
+                f"{r['targets']:>7} {r['nodes']:>6} {r['edges']:>6} {r['caps']:>4} {tol:>6.0e} {r['method']:>12} "
+                f"{r['status']:>9} {r['objective_us']:>13.1f} {r['bound_us']:>13.1f} {r['gap']:>8.4%} "
+                f"{r['solve_s']:>8.2f} {r['problem_s']:>9.2f}",
+                flush=True,
+            )
+            if args.phases and r.get("phases"):
                 for ph in r["phases"]:
                     print("        ", ph)
     if args.json:

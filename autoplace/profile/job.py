@@ -57,7 +57,32 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
     )
 
 
-def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
+def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7) -> dict:
+    """End-to-end latency of the model built entirely on one target, with the kernels it launches.
+
+    The cost model's evaluation and the fidelity experiment compare sums of unit costs to this.
+    """
+    import numpy as np
+
+    from ..place import place
+
+    one = TargetSet({name: targets[name].target})
+    placement = place(model, None, None, one)
+    inputs = model.random_inputs()
+    try:
+        samples = placement.runner.time_us(inputs, repeat=3)
+        number = max(1, int(20_000 / max(1.0, float(np.median(samples)))))
+        samples = placement.runner.time_us(inputs, number=number, repeat=repeat)
+        timing = dict(status="ok", median_us=float(np.median(samples)), min_us=float(np.min(samples)),
+                      max_us=float(np.max(samples)), samples=len(samples))
+    except Exception as err:  # noqa: BLE001 - a model that fails here is recorded, not fatal
+        timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
+    return dict(kind="model", key=model.name, target=kind, unit_keys=[u.key for u in units],
+                ops=sum(1 for _, d in placement.graph.nodes(data=True) if d.get("kind") == "op"),
+                measured_at=_now(), **timing)
+
+
+def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True, end_to_end: bool = True,
                    copy_sizes=DEFAULT_COPY_SIZES, timer: KernelTimer | None = None, progress: bool = True,
                    log=print) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
@@ -72,6 +97,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     store : ProfileStore
     copies : bool
         Also measure copies between every ordered pair of targets, and the VM call overhead.
+    end_to_end : bool
+        Also time each model built entirely on each target (``kind="model"`` records).
     """
     targets = TargetSet(targets)
     skipped_targets = targets.unavailable()
@@ -81,6 +108,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         kinds.setdefault(targets[name].kind, name)  # one profile per target kind
     done = store.done()
     todo, seen, total_units = [], set(), 0
+    model_runs = []
     started = time.perf_counter()
     for item in models:
         name, model = item if isinstance(item, tuple) else (None, item)
@@ -89,6 +117,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         for kind, tname in kinds.items():
             units = extract_units(model, targets[tname].target, graph=graph)
             total_units += len(units)
+            if end_to_end and ("model", model.name, kind) not in done:
+                model_runs.append((model, units, tname, kind))
             for unit in units:
                 tag = ("unit", unit.key, kind)
                 if tag in seen:
@@ -112,6 +142,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     finally:
         if own_timer:
             timer.close()
+    for model, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model", disable=not progress):
+        store.append(model_record(model, units, targets, tname, kind))
     if copies:
         _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed,

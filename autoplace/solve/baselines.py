@@ -14,7 +14,7 @@ from .cost import batch_objective_us, evaluate
 from .errors import InfeasiblePlacementError, PlacementError
 from .problem import PlacementProblem
 
-__all__ = ["all_on", "greedy", "manual", "brute_force", "check_memory"]
+__all__ = ["all_on", "brute_force", "check_memory", "greedy", "manual"]
 
 
 def _names(problem: PlacementProblem, rows) -> str:
@@ -99,7 +99,9 @@ def manual(problem: PlacementProblem, assignment: Mapping | None) -> np.ndarray:
     return target_of
 
 
-def brute_force(problem: PlacementProblem, max_assignments: int = 2_000_000, chunk: int = 65_536) -> np.ndarray:
+def brute_force(
+    problem: PlacementProblem, max_assignments: int = 2_000_000, chunk: int = 65_536
+) -> np.ndarray:
     """The optimal placement by trying every one (tiny problems only; a test reference).
 
     Enumerates every combination of allowed targets, costs them in batches with

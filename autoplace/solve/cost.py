@@ -12,7 +12,7 @@ import numpy as np
 
 from .problem import PlacementProblem
 
-__all__ = ["PlacementCost", "evaluate", "batch_objective_us"]
+__all__ = ["PlacementCost", "batch_objective_us", "evaluate"]
 
 
 class PlacementCost(NamedTuple):

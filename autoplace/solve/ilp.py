@@ -78,7 +78,7 @@ from .mincut import improve_by_swaps
 from .plan import relative_gap as gap_of
 from .problem import PlacementProblem
 
-__all__ = ["IlpModel", "build_model", "solve_ilp", "improve_by_moves", "LP_FIRST_NNZ"]
+__all__ = ["LP_FIRST_NNZ", "IlpModel", "build_model", "improve_by_moves", "solve_ilp"]
 
 #: Models with more nonzeros than this start with the PDLP phases (see module docstring).
 LP_FIRST_NNZ = 150_000
@@ -368,9 +368,6 @@ def _branch_and_bound(model: IlpModel, time_limit_s: float, relative_gap_tol: fl
     bound = getattr(res, "mip_dual_bound", None)
     if bound is None or not np.isfinite(bound):
         bound = res.fun if res.status == 0 and res.fun is not None else -math.inf
-    if res.status == 0:
-        # HiGHS stops at mip_rel_gap; its dual bound is what is proven
-        pass
     return (res.x if res.x is not None else None), float(bound), int(res.status)
 
 
@@ -397,7 +394,9 @@ def _pdlp(model: IlpModel, time_limit_s: float, tolerance: float, threads: int):
 # ---------------------------------------------------------------------- local search
 
 
-def improve_by_moves(problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None) -> np.ndarray:
+def improve_by_moves(
+    problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None
+) -> np.ndarray:
     """Move single nodes to cheaper targets until no move helps (memory caps are ignored).
 
     Each pass visits every node and moves it to the target that lowers the total cost most
@@ -645,7 +644,7 @@ def solve_ilp(
 
     # phase 3: branch and bound on the whole model with the time left, minus HiGHS' set-up
     t = time.perf_counter()
-    budget = deadline - t - (0.05 + 1.5e-6 * model.nnz)
+    budget = deadline - t - (0.1 + 3e-6 * model.nnz)
     if not done() and (budget > 0.2 or not lp_first):
         values, mip_bound, status = _branch_and_bound(model, max(budget, 0.05), relative_gap)
         if status == 2:  # proven infeasible
@@ -656,8 +655,6 @@ def solve_ilp(
         note("branch and bound (highs)", t, status=status)
 
     if best is None:
-        raise PlacementError(
-            f"no placement found within time_limit_s={time_limit_s}: raise time_limit_s"
-        )
+        raise PlacementError(f"no placement found within time_limit_s={time_limit_s}: raise time_limit_s")
     bound = min(bound, best_obj)
     return best, bound, gap_now() <= relative_gap, info

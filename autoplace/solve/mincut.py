@@ -30,6 +30,18 @@ With a single consumer ``c`` the auxiliary node is skipped: arcs ``p -> c`` (``w
 
 The minimum cut's value equals the minimum objective, and the source side of the cut is an
 optimal placement.
+
+The same construction, with two more kinds of terms, gives optimal *swap moves* on any
+number of targets (:func:`improve_by_swaps`): nodes on targets ``a`` and ``b`` choose again
+between the two while the rest stay. A tensor made on a third target and consumed on ``a``
+or ``b`` must be fetched once to each side that has a consumer:
+
+(d) fetch to side 0 (``a``): auxiliary node with infinite arcs ``c -> aux`` and arc
+    ``aux -> T`` of the fetch latency;
+(e) fetch to side 1 (``b``): auxiliary node with arc ``S -> aux`` of the fetch latency and
+    infinite arcs ``aux -> c``.
+
+Copies from ``a``/``b`` to a third target depend only on the producer's side and are unary.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ import numpy as np
 from .errors import PlacementError
 from .problem import PlacementProblem
 
-__all__ = ["solve_mincut", "CAPACITY_SCALE_BITS"]
+__all__ = ["CAPACITY_SCALE_BITS", "improve_by_swaps", "min_cut_labels", "solve_mincut"]
 
 #: Finite capacities are scaled so that their sum is about ``2**CAPACITY_SCALE_BITS``.
 CAPACITY_SCALE_BITS = 40
@@ -107,7 +119,6 @@ def min_cut_labels(
     """
     from ortools.graph.python import max_flow
 
-    n = len(fixed)
     free = fixed < 0
     gid = np.where(fixed == 1, 1, 0).astype(np.int64)
     gid[free] = 2 + np.arange(int(free.sum()))
@@ -186,7 +197,7 @@ def min_cut_labels(
     labels = np.where(source_side[gid], 0, 1).astype(np.int64)
     labels[fixed == 0] = 0
     labels[fixed == 1] = 1
-    return labels, {"cut_us": solver.optimal_flow() / scale, "n_arcs": int(len(tail))}
+    return labels, {"cut_us": solver.optimal_flow() / scale, "n_arcs": len(tail)}
 
 
 def solve_mincut(problem: PlacementProblem) -> tuple[np.ndarray, dict]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from .cost import evaluate
 from .problem import PlacementProblem, _json_node
 
-__all__ = ["PlacementPlan", "Copy", "relative_gap"]
+__all__ = ["Copy", "PlacementPlan", "relative_gap"]
 
 #: statuses a plan can have
 STATUSES = ("optimal", "feasible", "infeasible")
@@ -26,9 +27,9 @@ def relative_gap(objective_us: float, bound_us: float) -> float:
     return max(0.0, (objective_us - bound_us) / objective_us)
 
 
-@dataclass(frozen=True)
-class Copy:
-    """One tensor copy a plan needs (shared by every consumer on ``dst``).
+class Copy(NamedTuple):
+    """One tensor copy a plan needs (shared by every consumer on ``dst``); a plain tuple
+    ``(producer, tensor, src, dst, nbytes, latency_us)``.
 
     Attributes
     ----------
@@ -50,9 +51,6 @@ class Copy:
     dst: str
     nbytes: int
     latency_us: float
-
-    def __iter__(self):  # unpacks like the tuple (producer, tensor, src, dst, nbytes, latency_us)
-        return iter((self.producer, self.tensor, self.src, self.dst, self.nbytes, self.latency_us))
 
 
 @dataclass

@@ -288,6 +288,8 @@ class PlacementProblem:
         out_max = np.zeros(n, dtype=np.int64)
         for u, v, data in graph.edges(data=True):
             i, j = index[u], index[v]
+            if i == j:
+                raise PlacementError(f"node {u!r} consumes its own output (a self loop): remove the edge")
             tkey = data.get("tensor")
             b = int(data.get("nbytes", 0) or 0)
             t = tensor_of.get((i, tkey))
@@ -301,8 +303,10 @@ class PlacementProblem:
             uses.setdefault((t, j), None)
             out_max[i] = max(out_max[i], b)
         output = np.array(
-            [int(a["output_bytes"]) if a.get("output_bytes") is not None else out_max[i]
-             for i, a in enumerate(node_attrs)],
+            [
+                int(a["output_bytes"]) if a.get("output_bytes") is not None else out_max[i]
+                for i, a in enumerate(node_attrs)
+            ],
             dtype=np.int64,
         )
         use_pairs = np.array(list(uses), dtype=np.int64).reshape(-1, 2)
@@ -532,13 +536,9 @@ class PlacementProblem:
         )
 
     def __repr__(self) -> str:
-        caps = ", ".join(
-            f"{t}={int(c)}" for t, c in zip(self.targets, self.memory_bytes) if math.isfinite(c)
-        )
+        caps = ", ".join(f"{t}={int(c)}" for t, c in zip(self.targets, self.memory_bytes) if math.isfinite(c))
         return (
             f"PlacementProblem({self.n_nodes} nodes, {self.n_tensors} tensors, "
             f"{len(self.use_tensor)} uses, targets={list(self.targets)}, "
-            f"pinned={int((self.pinned >= 0).sum())}"
-            + (f", memory caps: {caps}" if caps else "")
-            + ")"
+            f"pinned={int((self.pinned >= 0).sum())}" + (f", memory caps: {caps}" if caps else "") + ")"
         )

@@ -15,7 +15,7 @@ from .plan import PlacementPlan
 from .problem import PlacementProblem
 from .validate import validate_plan
 
-__all__ = ["solve", "METHODS"]
+__all__ = ["METHODS", "solve"]
 
 #: method names :func:`solve` accepts (plus ``"all:<target>"``)
 METHODS = ("auto", "ilp", "mincut", "greedy", "manual", "brute_force", "all:<target>")
@@ -119,8 +119,7 @@ def solve(
         target_of, info = solve_mincut(p)
         if not _fits(p, target_of):
             raise PlacementError(
-                "the min-cut optimum ignores memory caps and breaks one here: use method='auto' "
-                "or 'ilp'"
+                "the min-cut optimum ignores memory caps and breaks one here: use method='auto' or 'ilp'"
             )
         status, method_label = "optimal", "mincut"
     elif method == "greedy":

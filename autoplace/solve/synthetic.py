@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-__all__ = ["layered_dag", "small_random_graph", "default_copy_cost"]
+__all__ = ["default_copy_cost", "layered_dag", "small_random_graph"]
 
 
 def default_copy_cost(targets) -> dict:
@@ -77,7 +77,9 @@ def layered_dag(
     for v in range(width, n):
         layer = v // width
         lo = max(0, layer - reach_layers) * width
-        preds = rng.choice(np.arange(lo, layer * width), size=int(rng.integers(1, max_preds + 1)), replace=False)
+        preds = rng.choice(
+            np.arange(lo, layer * width), size=int(rng.integers(1, max_preds + 1)), replace=False
+        )
         for u in preds:
             g.add_edge(int(u), v, nbytes=int(nbytes[u]))
     return g
@@ -126,6 +128,7 @@ def small_random_graph(rng: np.random.Generator, n_targets: int = 2, n_nodes: in
     }
     memory = None
     if rng.random() < 0.3:
-        total = sum(g.nodes[v]["weight_bytes"] for v in g) + 4000 * n
-        memory = {t: int(total * rng.uniform(0.3, 0.9)) for t in targets if rng.random() < 0.7}
+        out = [max((d["nbytes"] for _, _, d in g.out_edges(v, data=True)), default=0) for v in g]
+        total = sum(g.nodes[v]["weight_bytes"] for v in g) + sum(out)
+        memory = {t: int(total * rng.uniform(0.4, 1.0)) for t in targets if rng.random() < 0.6}
     return g, copy_cost, memory, targets

@@ -12,7 +12,7 @@ from .errors import PlacementError
 from .plan import PlacementPlan
 from .problem import PlacementProblem
 
-__all__ = ["validate_plan", "recompute_cost_us"]
+__all__ = ["recompute_cost_us", "validate_plan"]
 
 
 def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[float, float, dict]:
@@ -89,8 +89,7 @@ def validate_plan(problem: PlacementProblem, plan: PlacementPlan, rtol: float = 
         t = a[v]
         if t not in p.targets:
             raise PlacementError(
-                f"plan ({plan.method}) puts node {v!r} on unknown target {t!r} "
-                f"(targets: {list(p.targets)})"
+                f"plan ({plan.method}) puts node {v!r} on unknown target {t!r} (targets: {list(p.targets)})"
             )
         d = p.targets.index(t)
         if not math.isfinite(p.latency_us[i, d]):
@@ -102,7 +101,9 @@ def validate_plan(problem: PlacementProblem, plan: PlacementPlan, rtol: float = 
             )
     extra = set(a) - set(p.nodes)
     if extra:
-        raise PlacementError(f"plan ({plan.method}) assigns nodes not in the problem: {sorted(map(str, extra))[:5]}")
+        raise PlacementError(
+            f"plan ({plan.method}) assigns nodes not in the problem: {sorted(map(str, extra))[:5]}"
+        )
 
     compute_us, copy_us, memory = recompute_cost_us(p, a)
     for d, t in enumerate(p.targets):

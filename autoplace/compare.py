@@ -1,0 +1,126 @@
+"""``autoplace.compare``: build and run every plan side by side, predicted vs measured.
+
+Plans: autoplace's optimum, everything on each target (``all:<target>``), greedy (each kernel on
+its fastest target, copies ignored) and any manual placements given. All are built and loaded in
+this process and timed in interleaved rounds (round 1 times every plan, then round 2, ...), so
+machine noise hits them alike; the table reports median, min and max over all samples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .optimize import OptimizeResult, optimize
+from .place import place
+
+
+def _unit_assignment(result: OptimizeResult, op_assignment: dict) -> dict:
+    """A per-op placement seen at unit level (a unit goes where most of its ops go)."""
+    plan_assignment = dict(result.plan.assignment)
+    for unit, ops in result.view.members.items():
+        votes = Counter(op_assignment.get(op, result.targets.host.name) for op in ops)
+        plan_assignment[unit] = votes.most_common(1)[0][0]
+    return plan_assignment
+
+
+def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
+            result: OptimizeResult | None = None, rounds: int = 5, repeat: int = 3, check: bool = True,
+            **optimize_kwargs) -> pd.DataFrame:
+    """Measure autoplace's plan against the baselines and manual placements, in one process.
+
+    Parameters
+    ----------
+    mod, params, targets : as for :func:`autoplace.optimize`
+    manual : dict, optional
+        ``{label: assignment}`` with assignments as :func:`autoplace.place` takes them
+        (e.g. ``{"seed 002": {"relax.nn.conv2d": "gpu", "relax.matmul": "gpu"}}``).
+    baselines : bool
+        Include ``all:<target>`` for every target, and ``greedy``.
+    result : OptimizeResult, optional
+        Reuse an optimize result instead of solving again.
+    rounds, repeat : int
+        Timing: ``rounds`` interleaved rounds of ``repeat`` samples per plan.
+    check : bool
+        Check that every plan computes the same outputs as the first (rtol 1e-4).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per plan: ``predicted_us``, ``measured_median_us``, ``measured_min_us``,
+        ``measured_max_us``, ``error`` (predicted/measured - 1), ``copies``, ``copy_MB``, ops per target.
+    """
+    from .solve import PlacementError, solve
+
+    result = result or optimize(mod, params, targets, **optimize_kwargs)
+    model = result.placement.model
+    plans = {"autoplace": (result.plan.objective_us, result.placement, result.plan.status)}
+    if baselines:
+        problem = result.problem
+        pinned = {node: problem.targets[int(t)] for node, t in zip(problem.nodes, problem.pinned) if t >= 0}
+        for method in [f"all:{t}" for t in result.targets] + ["greedy"]:
+            try:
+                if method.startswith("all:"):
+                    # Every kernel on one target; pinned nodes (inputs arrive on the host, outputs
+                    # return there, user pins) stay where they are pinned.
+                    everything = {node: pinned.get(node, method[4:]) for node in problem.nodes}
+                    plan = solve(problem, method="manual", assignment=everything)
+                else:
+                    plan = solve(problem, method=method)
+            except PlacementError as err:
+                plans[method] = (None, None, f"infeasible: {err}")
+                continue
+            assignment = {}
+            for node, target in plan.assignment.items():
+                for op in result.view.members.get(node, [node]):
+                    assignment[op] = target
+            plans[method] = (plan.objective_us, place(model, None, assignment, result.targets), "baseline")
+    for label, assignment in (manual or {}).items():
+        placement = place(model, None, assignment, result.targets)
+        unit_assignment = _unit_assignment(result, placement.assignment)
+        unit_assignment = {k: v for k, v in unit_assignment.items() if k in set(result.problem.nodes)}
+        predicted = solve(result.problem, method="manual", assignment=unit_assignment).objective_us
+        plans[f"manual:{label}"] = (predicted, placement, "manual (predicted at kernel level)")
+    inputs = model.random_inputs(seed=0)
+    reference = None
+    runners = {}
+    for name, (_, placement, _) in plans.items():
+        if placement is None:
+            continue
+        out = placement.run(*inputs)
+        if check:
+            if reference is None:
+                reference = out
+            else:
+                for a, b in zip(_flat(out), _flat(reference)):
+                    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=f"plan {name} computes other numbers")
+        runners[name] = placement.runner
+    first = next(iter(runners.values()))
+    one = float(np.median(first.time_us(inputs, repeat=3)))
+    number = max(1, int(20_000 / max(one, 1.0)))
+    samples = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            samples[name].extend(runner.time_us(inputs, number=number, repeat=repeat))
+    rows = []
+    for name, (predicted, placement, status) in plans.items():
+        row = dict(plan=name, status=status, predicted_us=predicted)
+        if placement is not None:
+            s = np.asarray(samples[name])
+            row.update(measured_median_us=float(np.median(s)), measured_min_us=float(s.min()),
+                       measured_max_us=float(s.max()),
+                       error=(predicted / float(np.median(s)) - 1.0) if predicted is not None else None,
+                       copies=len(placement.copies), copy_MB=sum(c["nbytes"] for c in placement.copies) / 1e6)
+            for t, n in placement.ops_per_target().items():
+                row[f"ops_{t}"] = n
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("plan")
+    table.attrs["model"] = model.name
+    return table
+
+
+def _flat(out):
+    return out if isinstance(out, tuple) else (out,)

@@ -1,0 +1,287 @@
+"""``autoplace.optimize``: graph view -> costs -> placement problem -> solver -> annotated module.
+
+The solver places **units**: the kernels the build launches (fusion groups, see
+:mod:`autoplace.profile.units`). A unit's ops always run together on one device, so the kernels of
+every placement are the ones that were profiled, and costs add up to what the build runs. Model
+inputs arrive on the host (the first target) and outputs return there unless pinned elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .errors import AutoplaceError
+from .frontend import Model, load_model
+from .graph import op_graph, resolve_assignment, select_nodes
+from .place import Placement, place
+from .targets import TargetSet
+
+
+class CostError(AutoplaceError):
+    """A target has neither a profile nor a cost model to price its kernels."""
+
+
+def _label(target) -> str:
+    return f"{target.kind}:{target.vdevice_id}"
+
+
+def _producers(graph: nx.DiGraph, node: str, key=None) -> list[tuple[str, object, int]]:
+    """The (op/input/weight node, tensor key, nbytes) a value comes from, looking through tuples,
+    getitems and aliases (which run on no device: their fields stay where they were made)."""
+    data = graph.nodes[node]
+    kind = data.get("kind")
+    if kind in ("op", "input", "weight"):
+        return [(node, key, data.get("output_bytes", 0))]
+    preds = list(graph.predecessors(node))
+    if kind == "getitem":
+        out = []
+        for p in preds:
+            out.extend(_producers(graph, p, data.get("index")) if graph.nodes[p].get("kind") == "op"
+                       else _producers(graph, p))
+        return out
+    out = []
+    for p in preds:  # tuple, alias
+        out.extend(_producers(graph, p))
+    return out
+
+
+@dataclass
+class UnitView:
+    """The graph the solver sees: one node per kernel (unit), plus inputs, weights and the output."""
+
+    graph: nx.DiGraph
+    members: dict  # unit node -> [op nodes]
+    owner: dict  # op node -> unit node
+
+
+def unit_view(graph: nx.DiGraph, units_by_kind: dict, costs, targets: TargetSet) -> UnitView:
+    """Build the solver's graph with ``latency_us`` per target from ``costs``.
+
+    Parameters
+    ----------
+    graph : the op graph
+    units_by_kind : ``{target kind: [Unit]}`` from :func:`autoplace.profile.extract_units`
+    costs : :class:`autoplace.cost_model.CostTable`-like (``unit_latency_us``, ``launch_us``)
+    """
+    first_kind = next(iter(units_by_kind))
+    base_units = units_by_kind[first_kind]
+    members, owner = {}, {}
+    for i, unit in enumerate(base_units):
+        if not unit.nodes:
+            continue
+        name = unit.nodes[-1]
+        members[name] = list(unit.nodes)
+        for n in unit.nodes:
+            owner[n] = name
+    for n, d in graph.nodes(data=True):  # ops no kernel computes (folded away by legalization)
+        if d.get("kind") == "op" and n not in owner:
+            members[n] = [n]
+            owner[n] = n
+    by_nodes = {kind: {frozenset(u.nodes): u for u in units if u.nodes} for kind, units in units_by_kind.items()}
+    view = nx.DiGraph()
+    host = targets.host.name
+    for n, d in graph.nodes(data=True):
+        if d.get("kind") == "input":
+            view.add_node(n, kind="input", pinned=host, output_bytes=d["output_bytes"])
+    sources = {}
+    for name, nodes in members.items():
+        latency, source = {}, {}
+        for tname in targets:
+            target = targets[tname]
+            unit = by_nodes.get(target.kind, {}).get(frozenset(nodes))
+            if unit is None:
+                if len(nodes) == 1 and graph.nodes[nodes[0]].get("kind") == "op" and not any(
+                    nodes[0] in u.nodes for u in units_by_kind.get(target.kind, [])
+                ):
+                    latency[tname], source[tname] = 0.0, "folded"  # no kernel at all
+                continue  # grouped differently on this target: treated as unsupported
+            lat, src = costs.unit_latency_us(unit, target.kind)
+            if lat is None:
+                continue
+            latency[tname] = float(lat) + float(costs.launch_us(_label(target)))
+            source[tname] = src
+        ops = [graph.nodes[n]["op"] for n in nodes]
+        # Weights live where their kernels run (one resident copy per device, uploaded at load time),
+        # so a unit carries the bytes of the weights it reads.
+        weights = {p for n in nodes for p in graph.predecessors(n) if graph.nodes[p].get("kind") == "weight"}
+        view.add_node(name, kind="unit", ops=ops, latency_us=latency, cost_source=source,
+                      weight_bytes=int(sum(graph.nodes[w]["weight_bytes"] for w in weights)),
+                      output_bytes=graph.nodes[name].get("output_bytes", 0))
+        sources[name] = source
+    view.add_node("output", kind="output", pinned=host)
+    # Edges: every tensor a unit (or the output) reads that another node makes.
+    for consumer, d in graph.nodes(data=True):
+        if d.get("kind") not in ("op", "output"):
+            continue
+        c = owner.get(consumer, consumer)
+        for pred in graph.predecessors(consumer):
+            for producer, key, nbytes in _producers(graph, pred):
+                if graph.nodes[producer].get("kind") == "weight":
+                    continue
+                p = owner.get(producer, producer)
+                if p == c:
+                    continue
+                tensor = f"{producer}" if key is None else f"{producer}[{key}]"
+                if view.has_edge(p, c) and view.edges[p, c].get("tensor") != tensor:
+                    # a second tensor between the same two nodes: keep both (sum of bytes, one edge)
+                    view.edges[p, c]["nbytes"] += int(nbytes)
+                    continue
+                view.add_edge(p, c, nbytes=int(nbytes), tensor=tensor)
+    return UnitView(view, members, owner)
+
+
+@dataclass
+class OptimizeResult:
+    """What :func:`optimize` returns: the placed module, the plan and its predicted cost.
+
+    Attributes
+    ----------
+    placement : Placement
+        ``.mod`` (annotated IRModule), ``.params``, ``.run(*inputs)``.
+    plan : autoplace.solve.PlacementPlan
+        Over units; ``plan.objective_us`` is the predicted end-to-end latency.
+    problem : autoplace.solve.PlacementProblem
+    assignment : dict
+        ``{op node: target}`` (what the plan means for every op of the model).
+    """
+
+    placement: Placement
+    plan: object
+    problem: object
+    view: UnitView
+    assignment: dict
+    targets: TargetSet
+    costs: object = field(repr=False, default=None)
+    timings_s: dict = field(default_factory=dict)
+
+    @property
+    def mod(self):
+        return self.placement.mod
+
+    @property
+    def params(self):
+        return self.placement.params
+
+    @property
+    def predicted_us(self) -> float:
+        return float(self.plan.objective_us)
+
+    def run(self, *inputs):
+        return self.placement.run(*inputs)
+
+    def summary(self):
+        """Per target: kernels, ops, predicted compute time and memory; plus copies."""
+        import pandas as pd
+
+        rows = []
+        per = self.plan.per_target()
+        for t in self.targets:
+            info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
+            units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
+            rows.append(dict(target=t, kernels=len(units), ops=sum(len(self.view.members[u]) for u in units),
+                             compute_us=info["compute_us"], memory_MB=info["memory_bytes"] / 1e6))
+        copies = self.plan.copies
+        rows.append(dict(target="copies", kernels=len(copies), ops=None,
+                         compute_us=sum(c.latency_us for c in copies),
+                         memory_MB=sum(c.nbytes for c in copies) / 1e6))
+        return pd.DataFrame(rows).set_index("target")
+
+    def __repr__(self) -> str:
+        plan = self.plan
+        per = ", ".join(f"{t}: {len([n for n in v['nodes'] if self.view.graph.nodes[n].get('kind') == 'unit'])} kernels"
+                        for t, v in plan.per_target().items())
+        return (f"OptimizeResult({self.placement.model.name}: predicted {plan.objective_us:.1f} us "
+                f"[{plan.status}, gap {plan.gap:.2%}]; {per}; {len(plan.copies)} copies)")
+
+    def _repr_html_(self) -> str:
+        head = (f"<b>{self.placement.model.name}</b>: predicted <b>{self.plan.objective_us:.1f} us</b> "
+                f"({self.plan.status}, gap {self.plan.gap:.2%}, solved in {self.plan.solve_time_s:.3f} s)")
+        return head + self.summary().to_html(float_format=lambda v: f"{v:.1f}")
+
+
+def _load_costs(costs, targets: TargetSet, profile_dir):
+    if costs is not None:
+        return costs
+    from .cost_model import CostTable
+
+    return CostTable.for_targets(targets, profile_dir=profile_dir)
+
+
+def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, memory_bytes: Mapping | None = None,
+             costs=None, profile_dir=None, method: str = "auto", time_limit_s: float = 10.0,
+             example_inputs=None) -> OptimizeResult:
+    """Place a model to minimise predicted end-to-end latency, copies included.
+
+    Parameters
+    ----------
+    mod, params : the model and its weights (see :func:`autoplace.load_model`)
+    targets : dict
+        ``{name: target}``; the first is the host (inputs arrive, outputs return there).
+    pins : dict, optional
+        ``{key: target}`` with keys as in :func:`autoplace.place` (node, op name, instance).
+        A pin on one op pins its whole kernel (unit).
+    memory_bytes : dict, optional
+        ``{target: capacity in bytes}`` (weights resident there plus activations, no reuse).
+    costs : CostTable-like, optional
+        Default: the committed profiles of this machine's hardware plus the cost model.
+    method : str
+        Solver method (``"auto"``: min-cut for 2 targets, ILP otherwise; or a baseline).
+
+    Returns
+    -------
+    OptimizeResult
+    """
+    from .profile.units import extract_units
+    from .solve import PlacementProblem, solve
+
+    started = time.perf_counter()
+    targets = TargetSet(targets if targets is not None else {"cpu": "llvm"})
+    model = load_model(mod, params, example_inputs=example_inputs)
+    graph = op_graph(model)
+    costs = _load_costs(costs, targets, profile_dir)
+    units_by_kind = {}
+    for name in targets:
+        kind = targets[name].kind
+        if kind not in units_by_kind:
+            units_by_kind[kind] = extract_units(model, targets[name].target, graph=graph)
+    view = unit_view(graph, units_by_kind, costs, targets)
+    timings = {"costs_s": time.perf_counter() - started}
+    # Pins name op nodes; a pin applies to the unit that holds the op.
+    unit_pins = {}
+    for key, target in (pins or {}).items():
+        nodes = select_nodes(graph, key)
+        if not nodes:
+            resolve_assignment(graph, {key: target}, targets, targets.host.name)  # raises the clear error
+        for n in nodes:
+            unit = view.owner.get(n, n)
+            if unit in unit_pins and unit_pins[unit] != target:
+                from .solve import InfeasiblePlacementError
+
+                raise InfeasiblePlacementError(
+                    f"contradictory pins: {n!r} (in kernel {unit!r}) is pinned to {target!r} but another op of the "
+                    f"same kernel is pinned to {unit_pins[unit]!r}; ops fused into one kernel run on one device"
+                )
+            unit_pins[unit] = target
+    copy_cost = {}
+    for src in targets:
+        for dst in targets:
+            if src != dst:
+                copy_cost[(src, dst)] = costs.copy_cost(_label(targets[src]), _label(targets[dst]))
+    problem = PlacementProblem.from_graph(view.graph, copy_cost, targets=list(targets), memory_bytes=memory_bytes,
+                                          pins=unit_pins)
+    plan = solve(problem, method=method, time_limit_s=time_limit_s)
+    timings["solve_s"] = plan.solve_time_s
+    assignment = {}
+    for node, target in plan.assignment.items():
+        if node in view.members:
+            for op in view.members[node]:
+                assignment[op] = target
+        elif graph.has_node(node) and graph.nodes[node].get("kind") in ("input", "output"):
+            assignment[node] = target
+    placement = place(model, None, assignment, targets)
+    timings["total_s"] = time.perf_counter() - started
+    return OptimizeResult(placement, plan, problem, view, assignment, targets, costs, timings)
