@@ -8,7 +8,9 @@ inputs arrive on the host (the first target) and outputs return there unless pin
 
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -203,12 +205,81 @@ class OptimizeResult:
         return head + self.summary().to_html(float_format=lambda v: f"{v:.1f}")
 
 
-def _load_costs(costs, targets: TargetSet, profile_dir):
-    if costs is not None:
-        return costs
-    from .cost_model import CostTable
+def default_profiles_root() -> str:
+    """``$AUTOPLACE_PROFILES``, else the repository's ``profiles/`` folder, else ``./profiles``."""
+    env = os.environ.get("AUTOPLACE_PROFILES")
+    if env:
+        return env
+    bundled = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
+    return bundled if os.path.isdir(bundled) else "profiles"
 
-    return CostTable.for_targets(targets, profile_dir=profile_dir)
+
+def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None) -> list[str]:
+    """Profile folders that together cover ``kinds`` (target kinds such as ``llvm``, ``cuda``).
+
+    Preference: the given folder; else this machine's own folder if it covers every kind; else a
+    single folder that covers every kind (a plan for that machine); else one folder per kind.
+
+    Raises
+    ------
+    CostError
+        If some kind has no profile anywhere (and so no cost model either).
+    """
+    from .profile import ProfileStore, hardware_metadata
+
+    if profile_dir is not None:
+        return [profile_dir]
+    root = root or default_profiles_root()
+    folders = sorted(os.path.join(root, d) for d in os.listdir(root)) if os.path.isdir(root) else []
+    covered = {}
+    for folder in folders:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = ProfileStore(folder).records(allow_foreign=True)
+        covered[folder] = set(df["target"][df["kind"] == "unit"]) if len(df) else set()
+    kinds = set(kinds)
+    own = os.path.join(root, hardware_metadata()["hardware_id"])
+    if kinds <= covered.get(own, set()):
+        return [own]
+    for folder, have in covered.items():
+        if kinds <= have:
+            warnings.warn(f"planning with the profile measured on {os.path.basename(folder)} (this machine is "
+                          f"{os.path.basename(own)}): the plan is for that machine", stacklevel=3)
+            return [folder]
+    chosen = []
+    for kind in sorted(kinds):
+        options = [f for f, have in covered.items() if kind in have]
+        if not options:
+            raise CostError(
+                f"no profile measures target kind {kind!r} (searched {root}): run `autoplace profile --zoo ... "
+                f"--targets '{{\"x\": \"{kind}\"}}'` on a machine with that device, or pass costs=... "
+                "(a CostTable with a trained cost model)"
+            )
+        chosen.append(own if own in options else options[0])
+    return sorted(set(chosen))
+
+
+def load_costs(targets: TargetSet, profile_dir: str | None = None):
+    """A CostTable from the profiles (and cost models saved beside them) covering ``targets``."""
+    import pandas as pd
+
+    from .cost_model import CostTable
+    from .profile import ProfileStore
+
+    kinds = {targets[t].kind for t in targets}
+    frames, model = [], None
+    for folder in find_profiles(kinds, profile_dir):
+        frames.append(ProfileStore(folder).records(allow_foreign=True))
+        path = os.path.join(folder, "cost_model.json")
+        if model is None and os.path.exists(path):
+            from .cost_model import XGBCostModel
+
+            model = XGBCostModel.load(path)
+    return CostTable(pd.concat(frames, ignore_index=True), model=model)
+
+
+def _load_costs(costs, targets: TargetSet, profile_dir):
+    return costs if costs is not None else load_costs(targets, profile_dir)
 
 
 def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, memory_bytes: Mapping | None = None,

@@ -1,0 +1,502 @@
+"""Features of a fused kernel ("unit") for the cost model, computed from its profile record alone.
+
+A unit is described by the record :func:`autoplace.profile.job.unit_record` makes (the same dict for a
+measured kernel and for one never measured): the Relax ops it fuses, its argument shapes and
+dtypes, the attributes and input shapes of its anchor (heaviest) op, a FLOP estimate and the bytes
+it reads and writes. :func:`record_features` turns one such record into a flat ``{name: float}``
+dict; names never depend on the data, so a record of an op type never seen still gets every
+feature (its op class, sizes and access pattern), and the model can price it.
+
+Feature groups
+--------------
+``size_*``
+    log2 of FLOPs, bytes in/out, the largest argument, output elements; arithmetic intensity
+    (log2 FLOPs per byte); numbers of arguments, outputs and fused ops; dtype width.
+``cls_*`` / ``anchor_cls_*``
+    counts of fused ops per op class (matmul, conv, pool, norm, softmax, reduce, transcendental,
+    elementwise, layout, gather, cast, create, other) and a one-hot of the anchor's class. A class is
+    decided by the op's name, so an op type the model never saw still falls in a class.
+``mm_*``, ``conv_*``, ``pool_*``, ``red_*``, ``perm_*``, ``row_*``
+    the anchor's geometry: matmul batch/M/N/K; convolution channels, image, kernel, stride,
+    padding, dilation, groups (depthwise flag); pooling window; reduced length and whether the
+    reduction runs along the innermost axis; whether a permutation moves the innermost axis; the
+    row length of a norm/softmax.
+``mem_*``
+    the innermost loop's strided access stream of a naive (unscheduled) kernel, as TVM's
+    legalization writes it: matmul reads ``B[k, j]`` down a column, an NCHW convolution walks input
+    channels ``H*W`` elements apart, a transpose reads down columns. The stream's distinct cache
+    lines and stride, and how far it overflows the cache sets it maps to (``mem_l1_over``,
+    ``mem_l2_over``: log2 of the largest lines-per-set over the ways) for the set-associative
+    geometry :data:`CACHE_LEVELS`. Power-of-two strides crowd few sets: on CPU profiles they explain
+    10x swings of time per FLOP between kernels of the same op type.
+
+Notes
+-----
+Sizes enter as log2 (and the target is log latency), so features and errors are relative. Missing
+values (a record without anchor attributes) are NaN, which XGBoost treats as missing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+#: Bump when a feature changes meaning: saved models record it and refuse to load across versions.
+FEATURE_VERSION = 1
+
+#: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
+#: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines). They shape
+#: features only; the model learns how much each overflow costs on the profiled machine.
+CACHE_LEVELS = (("l1", 64, 64, 8), ("l2", 64, 1024, 8))
+
+#: Op classes, in feature order. An op's class comes from its short name (see :func:`op_class`).
+OP_CLASSES = ("matmul", "conv", "pool", "norm", "softmax", "reduce", "transcendental", "elementwise",
+              "layout", "gather", "cast", "create", "other")
+
+_CLASS_OF = {}
+for _cls, _names in {
+    "matmul": "matmul linear dense batch_matmul einsum",
+    "norm": "layer_norm batch_norm group_norm rms_norm instance_norm",
+    "softmax": "softmax log_softmax",
+    "reduce": "sum mean max min prod variance std argmax argmin cumsum cumprod",
+    "transcendental": "exp log tanh sigmoid gelu gelu_tanh erf sqrt rsqrt sin cos tan power silu softplus "
+                      "log1p exp2 log2 log10 atan asin acos sinh cosh selu elu mish",
+    "elementwise": "add subtract multiply divide floor_divide maximum minimum relu leakyrelu prelu where "
+                   "greater greater_equal less less_equal equal not_equal negative abs clip floor ceil round "
+                   "sign square logical_and logical_or logical_not bitwise_and bitwise_or mod floor_mod "
+                   "isnan isinf isfinite dropout relu6 hardswish hardsigmoid trunc",
+    "layout": "reshape permute_dims transpose broadcast_to expand_dims squeeze flatten strided_slice "
+              "dynamic_strided_slice concat concatenate split repeat tile flip pad layout_transform "
+              "collapse_sum_like collapse_sum_to",
+    "gather": "take gather_elements gather_nd scatter_elements scatter_nd index_tensor one_hot embedding",
+    "cast": "astype cast",
+    "create": "full full_like zeros zeros_like ones ones_like arange tril triu eye",
+}.items():
+    for _name in _names.split():
+        _CLASS_OF[_name] = _cls
+
+#: Names TVM's legalization gives kernels (``fused_<name>N_llvm_...``) that differ from the Relax op.
+_ALIASES = {"transpose": "permute_dims", "cast": "astype", "concatenate": "concat", "gather": "gather_elements",
+            "T": None}
+_NN_OPS = {"softmax", "log_softmax", "gelu", "gelu_tanh", "relu", "silu", "layer_norm", "batch_norm",
+           "group_norm", "rms_norm", "instance_norm", "conv1d", "conv2d", "conv3d", "conv1d_transpose",
+           "conv2d_transpose", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
+           "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "dropout",
+           "leakyrelu", "prelu", "pad", "softplus", "selu", "attention"}
+_ND_NAME = re.compile(r"^(.*[123]d)\d*$")  # conv2d1 -> conv2d, max_pool2d -> max_pool2d
+_TARGET_MARKERS = re.compile(r"_(llvm|cuda|rocm|metal|vulkan|opencl|c)(?=_|$)")
+
+
+def short_name(op: str) -> str:
+    """``"relax.nn.conv2d"`` -> ``"conv2d"``."""
+    return str(op).rsplit(".", 1)[-1]
+
+
+def op_class(op: str) -> str:
+    """The class of an op (one of :data:`OP_CLASSES`) from its name; ``"other"`` when unknown."""
+    name = short_name(op)
+    if name in _CLASS_OF:
+        return _CLASS_OF[name]
+    if name.startswith("conv"):
+        return "conv"
+    if "pool" in name:
+        return "pool"
+    if name.endswith("_norm"):
+        return "norm"
+    return "other"
+
+
+def _full_name(short: str) -> str:
+    return f"relax.nn.{short}" if short in _NN_OPS else f"relax.{short}"
+
+
+def ops_from_func_name(func_name: str) -> list[str]:
+    """Relax op names read off a kernel's name (``fused_softmax_llvm_broadcast_to5_llvm`` ->
+    ``["relax.nn.softmax", "relax.broadcast_to"]``); unknown pieces are dropped.
+
+    The op list of a record can miss ops its kernel computes (an op whose inputs were folded);
+    the kernel name, which TVM builds from every fused op, fills those in.
+    """
+    text = _TARGET_MARKERS.sub("", str(func_name or ""))
+    text = text[len("fused_"):] if text.startswith("fused_") else text
+    pieces = [p for p in text.split("_") if p]
+    known = set(_CLASS_OF) | _NN_OPS | set(_ALIASES)
+    out, i = [], 0
+    while i < len(pieces):
+        for width in (3, 2, 1):
+            if i + width > len(pieces):
+                continue
+            cand = "_".join(pieces[i:i + width])
+            nd = _ND_NAME.match(cand)
+            stripped = nd.group(1) if nd else cand.rstrip("0123456789")
+            if stripped in known:
+                name = _ALIASES.get(stripped, stripped)
+                if name:
+                    out.append(_full_name(name))
+                i += width
+                break
+        else:
+            i += 1
+    return out
+
+
+def unit_ops(record: Mapping) -> list[str]:
+    """The ops of a unit: its ``ops`` list plus ops its kernel name shows that the list lacks."""
+    ops = [str(o) for o in (_get(record, "ops") or [])]
+    have = {short_name(o) for o in ops}
+    for op in ops_from_func_name(_get(record, "func_name", "")):
+        if short_name(op) not in have:
+            ops.append(op)
+            have.add(short_name(op))
+    if not ops and _get(record, "anchor_op"):
+        ops = [str(_get(record, "anchor_op"))]
+    return ops
+
+
+def _get(record: Mapping, name: str, default=None):
+    try:
+        value = record[name]
+    except (KeyError, IndexError, TypeError):
+        return default
+    if value is None:
+        return default
+    if isinstance(value, float) and math.isnan(value):
+        return default
+    return value
+
+
+def _log2(x) -> float:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    if math.isnan(x):
+        return math.nan
+    return math.log2(1.0 + max(x, 0.0))
+
+
+def _bits(dtype: str) -> int:
+    dtype = str(dtype)
+    if dtype == "bool":
+        return 8
+    digits = "".join(c for c in dtype if c.isdigit())
+    return int(digits) if digits else 32
+
+
+def _prod(shape) -> int:
+    return int(math.prod(int(d) for d in shape)) if shape is not None else 0
+
+
+def _shapes(value) -> list[list[int]]:
+    out = []
+    for s in value or []:
+        try:
+            out.append([int(d) for d in s])
+        except TypeError:
+            out.append([])
+    return out
+
+
+def _pair(value, default=1) -> list[int]:
+    if value is None:
+        return [default, default]
+    if isinstance(value, (int, float)):
+        return [int(value), int(value)]
+    value = [int(v) for v in value]
+    return value if len(value) >= 2 else (value * 2 if value else [default, default])
+
+
+# -- access-stream features ------------------------------------------------------------------------
+def stream_lines(dims, elem_bytes: int, *, limit: int = 1 << 15) -> np.ndarray:
+    """Distinct cache-line addresses (line index, 64-byte lines) of a nested strided access.
+
+    Parameters
+    ----------
+    dims : list of (stride_elems, extent)
+        Loops of the stream, outermost first; address = sum(index_i * stride_i) * elem_bytes.
+    elem_bytes : int
+    limit : int
+        At most this many addresses are generated (the outer loops are cut).
+    """
+    addr = np.zeros(1, dtype=np.int64)
+    for stride, extent in reversed(list(dims)):
+        extent = max(1, int(extent))
+        extent = min(extent, max(1, limit // max(1, addr.size)))
+        addr = (np.arange(extent, dtype=np.int64)[:, None] * int(stride) + addr[None, :]).ravel()
+    line = CACHE_LEVELS[0][1]
+    return np.unique(addr * int(elem_bytes) // line)
+
+
+def _stream_features(dims, elem_bytes: int) -> dict:
+    """``mem_*`` features of the innermost strided stream (see the module notes)."""
+    feats = {"mem_lines": 0.0, "mem_stride": 0.0, "mem_stride_pow2": 0.0, "mem_l1_over": 0.0, "mem_l2_over": 0.0}
+    dims = [(int(s), int(e)) for s, e in dims if int(e) > 1]
+    if not dims:
+        return feats
+    lines = stream_lines(dims, elem_bytes)
+    stride_bytes = max(s for s, _ in dims) * elem_bytes
+    feats["mem_lines"] = _log2(lines.size)
+    feats["mem_stride"] = _log2(stride_bytes)
+    feats["mem_stride_pow2"] = float(min(20, (stride_bytes & -stride_bytes).bit_length() - 1)) if stride_bytes else 0.0
+    for name, _line, sets, ways in CACHE_LEVELS:
+        per_set = np.bincount(lines % sets, minlength=sets)
+        feats[f"mem_{name}_over"] = math.log2(max(1.0, per_set.max() / ways))
+    return feats
+
+
+# -- the anchor op's geometry ------------------------------------------------------------------------
+def _matmul(a, b, eb) -> tuple[dict, list]:
+    a = a if len(a) >= 2 else [1] + list(a)
+    b = b if len(b) >= 2 else list(b) + [1]
+    m, k, n = a[-2], a[-1], b[-1]
+    batch = max(_prod(a[:-2]), _prod(b[:-2]), 1)
+    f = {"mm_batch": _log2(batch), "mm_m": _log2(m), "mm_n": _log2(n), "mm_k": _log2(k)}
+    # C[i, j] += A[i, k] * B[k, j]: the k loop reads B down a column (stride n).
+    return f, [(n, k)]
+
+
+def _conv(attrs, shapes, eb) -> tuple[dict, list]:
+    data, weight = shapes[0], shapes[1]
+    nd = len(data) - 2
+    layout = str(attrs.get("data_layout", "NCHW" if nd == 2 else "NCW"))
+    klayout = str(attrs.get("kernel_layout", "OIHW" if nd == 2 else "OIW"))
+    if len(layout) != len(data) or len(klayout) != len(weight):
+        return {}, []
+    c = data[layout.index("C")]
+    spatial = [data[i] for i, ch in enumerate(layout) if ch not in "NC"]
+    ksp = [weight[i] for i, ch in enumerate(klayout) if ch not in "OI"]
+    o = weight[klayout.index("O")]
+    groups = int(attrs.get("groups", 1) or 1)
+    strides = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilation") or [1] * nd)
+    pad = list(attrs.get("padding") or [0] * (2 * nd))
+    pad = pad + [0] * (2 * nd - len(pad)) if len(pad) < 2 * nd else pad
+    padded = [spatial[i] + pad[i] + pad[i + nd] for i in range(nd)]
+    out = [(padded[i] - dil[i] * (ksp[i] - 1) - 1) // max(1, strides[i]) + 1 for i in range(nd)]
+    h, w = (spatial + [1, 1])[:2] if nd >= 2 else (1, spatial[0])
+    kh, kw = (ksp + [1, 1])[:2] if nd >= 2 else (1, ksp[0])
+    oh, ow = (out + [1, 1])[:2] if nd >= 2 else (1, out[0])
+    f = {
+        "conv_cin": _log2(c), "conv_cout": _log2(o), "conv_h": _log2(h), "conv_w": _log2(w),
+        "conv_oh": _log2(oh), "conv_ow": _log2(ow), "conv_kh": float(kh), "conv_kw": float(kw),
+        "conv_stride": float(max(strides)), "conv_pad": float(sum(pad)), "conv_dilation": float(max(dil)),
+        "conv_groups": _log2(groups), "conv_depthwise": float(groups > 1 and groups == c),
+        "conv_cin_per_group": _log2(c // max(1, groups)), "conv_channels_last": float(layout.endswith("C")),
+    }
+    if layout.endswith("C"):  # NHWC: channels are contiguous
+        return f, [(1, c // max(1, groups)), (padded[-1] * c if nd >= 1 else 1, kh)]
+    # NCHW: for one output, loops rc (plane stride), ry (row stride), rx (contiguous).
+    plane = _prod(padded)
+    row = padded[-1]
+    return f, [(plane, c // max(1, groups)), (row * dil[0], kh), (dil[-1], kw)]
+
+
+def _pool(attrs, shape, eb) -> tuple[dict, list]:
+    size = _pair(attrs.get("pool_size"))
+    strides = _pair(attrs.get("strides"))
+    pad = list(attrs.get("padding") or [0, 0, 0, 0])
+    row = (shape[-1] + (pad[1] + pad[3] if len(pad) >= 4 else 0)) if shape else 1
+    f = {"pool_window": float(math.prod(size)), "pool_stride": float(max(strides))}
+    return f, [(row, size[0]), (1, size[-1])]
+
+
+def _axes(value, rank) -> list[int]:
+    if value is None:
+        return list(range(rank))
+    value = [value] if isinstance(value, (int, float)) else list(value)
+    return sorted({int(a) % rank for a in value}) if rank else []
+
+
+def _reduce(attrs, shape, eb) -> tuple[dict, list]:
+    rank = len(shape)
+    axes = _axes(attrs.get("axis", attrs.get("axes")), rank)
+    length = _prod([shape[a] for a in axes]) if axes else 1
+    inner = float(rank - 1 in axes) if rank else 1.0
+    f = {"red_len": _log2(length), "red_inner": inner}
+    if inner or not axes:
+        return f, []
+    a = max(axes)
+    return f, [(_prod(shape[a + 1:]), shape[a])]
+
+
+def _permute(attrs, shape, eb) -> tuple[dict, list]:
+    rank = len(shape)
+    axes = attrs.get("axes")
+    axes = list(range(rank))[::-1] if axes is None else [int(a) % max(1, rank) for a in axes]
+    if not axes:
+        return {"perm_moves_inner": 0.0}, []
+    moves = float(axes[-1] != rank - 1)
+    f = {"perm_moves_inner": moves}
+    if not moves:
+        return f, []
+    # Output written in order; its innermost loop reads the input along axes[-1].
+    return f, [(_prod(shape[axes[-1] + 1:]), shape[axes[-1]])]
+
+
+def _row(attrs, shape, eb) -> tuple[dict, list]:
+    rank = len(shape)
+    axes = _axes(attrs.get("axes", attrs.get("axis", -1)), rank)
+    length = _prod([shape[a] for a in axes]) if axes else 1
+    return {"row_len": _log2(length), "row_inner": float(bool(rank) and rank - 1 in axes)}, []
+
+
+_GEOMETRY_FEATURES = (
+    "mm_batch", "mm_m", "mm_n", "mm_k",
+    "conv_cin", "conv_cout", "conv_h", "conv_w", "conv_oh", "conv_ow", "conv_kh", "conv_kw", "conv_stride",
+    "conv_pad", "conv_dilation", "conv_groups", "conv_depthwise", "conv_cin_per_group", "conv_channels_last",
+    "pool_window", "pool_stride", "red_len", "red_inner", "perm_moves_inner", "row_len", "row_inner",
+    "gather_table", "concat_inputs",
+)
+
+
+def _geometry(record: Mapping, eb: int) -> tuple[dict, list]:
+    op = str(_get(record, "anchor_op", ""))
+    name = short_name(op)
+    attrs = _get(record, "anchor_attrs", {}) or {}
+    if not isinstance(attrs, Mapping):
+        attrs = {}
+    shapes = _shapes(_get(record, "anchor_input_shapes"))
+    cls = op_class(op)
+    try:
+        if cls == "matmul" and len(shapes) >= 2:
+            return _matmul(shapes[0], shapes[1], eb)
+        if cls == "conv" and len(shapes) >= 2 and not name.endswith("transpose"):
+            return _conv(attrs, shapes, eb)
+        if cls == "pool" and shapes and "adaptive" not in name:
+            return _pool(attrs, shapes[0], eb)
+        if cls == "reduce" and shapes:
+            return _reduce(attrs, shapes[0], eb)
+        if name == "permute_dims" and shapes:
+            return _permute(attrs, shapes[0], eb)
+        if cls in ("norm", "softmax") and shapes:
+            return _row(attrs, shapes[0], eb)
+        if cls == "gather" and shapes:
+            return {"gather_table": _log2(_prod(shapes[0]))}, []
+        if name in ("concat", "concatenate"):
+            return {"concat_inputs": float(len(shapes))}, []
+    except (IndexError, ValueError, TypeError, ZeroDivisionError):
+        pass
+    return {}, []
+
+
+# -- the feature dict ------------------------------------------------------------------------------
+def feature_names() -> list[str]:
+    """Names of :func:`record_features`, in a fixed order (independent of any data)."""
+    names = ["size_flops", "size_bytes_in", "size_bytes_out", "size_bytes", "size_max_arg", "size_out_elems",
+             "size_intensity", "size_args", "size_outputs", "size_ops", "size_distinct_ops", "size_out_rank",
+             "size_out_inner", "size_in_inner", "size_bits", "size_int_args", "size_scalar_args",
+             "size_broadcast_args"]
+    names += [f"cls_{c}" for c in OP_CLASSES]
+    names += [f"anchor_cls_{c}" for c in OP_CLASSES]
+    names += list(_GEOMETRY_FEATURES)
+    names += ["mem_lines", "mem_stride", "mem_stride_pow2", "mem_l1_over", "mem_l2_over"]
+    return names
+
+
+def _nbytes(shape, dtype) -> int:
+    return _prod(shape) * max(1, _bits(dtype) // 8)
+
+
+def record_features(record: Mapping) -> dict:
+    """Numeric features of one unit record (a dict, a pandas row, or anything indexable by name).
+
+    Parameters
+    ----------
+    record : mapping
+        A unit record (see :func:`autoplace.profile.job.unit_record`); only the description fields
+        are read (``ops``, ``func_name``, ``anchor_op``, ``anchor_attrs``, ``anchor_input_shapes``,
+        ``arg_shapes``, ``arg_dtypes``, ``num_outputs``, ``flops``, ``bytes_in``, ``bytes_out``).
+
+    Returns
+    -------
+    dict
+        ``{name: float}`` for every name of :func:`feature_names` (NaN where unknown).
+    """
+    feats = dict.fromkeys(feature_names(), math.nan)
+    shapes = _shapes(_get(record, "arg_shapes"))
+    dtypes = [str(d) for d in (_get(record, "arg_dtypes") or ["float32"] * len(shapes))]
+    dtypes = (dtypes + ["float32"] * len(shapes))[: len(shapes)]
+    n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
+    ins, outs = shapes[: len(shapes) - n_out], shapes[len(shapes) - n_out:]
+    arg_bytes = [_nbytes(s, d) for s, d in zip(shapes, dtypes)]
+    bytes_in = float(_get(record, "bytes_in", sum(arg_bytes[: len(ins)])))
+    bytes_out = float(_get(record, "bytes_out", sum(arg_bytes[len(ins):])))
+    out_elems = sum(_prod(s) for s in outs)
+    flops = float(_get(record, "flops", out_elems))
+    ops = unit_ops(record)
+    out0 = outs[0] if outs else []
+    in0 = ins[0] if ins else []
+    feats.update(
+        size_flops=_log2(flops), size_bytes_in=_log2(bytes_in), size_bytes_out=_log2(bytes_out),
+        size_bytes=_log2(bytes_in + bytes_out), size_max_arg=_log2(max(arg_bytes, default=0)),
+        size_out_elems=_log2(out_elems), size_intensity=math.log2((flops + 1.0) / (bytes_in + bytes_out + 1.0)),
+        size_args=float(len(shapes)), size_outputs=float(n_out), size_ops=float(len(ops)),
+        size_distinct_ops=float(len(set(ops))), size_out_rank=float(len(out0)),
+        size_out_inner=_log2(out0[-1] if out0 else 1), size_in_inner=_log2(in0[-1] if in0 else 1),
+        size_bits=float(max((_bits(d) for d in dtypes), default=32)),
+        size_int_args=float(sum(not d.startswith(("float", "bfloat")) for d in dtypes)),
+        size_scalar_args=float(sum(_prod(s) <= 1 for s in ins)),
+        size_broadcast_args=float(sum(0 < _prod(s) < out_elems for s in ins)),
+    )
+    counts = dict.fromkeys(OP_CLASSES, 0)
+    for op in ops:
+        counts[op_class(op)] += 1
+    for cls in OP_CLASSES:
+        feats[f"cls_{cls}"] = float(counts[cls])
+    anchor_cls = op_class(_get(record, "anchor_op", ops[0] if ops else ""))
+    for cls in OP_CLASSES:
+        feats[f"anchor_cls_{cls}"] = float(cls == anchor_cls)
+    anchor_dtypes = dtypes[:1] or ["float32"]
+    eb = max(1, _bits(anchor_dtypes[0]) // 8)
+    geometry, stream = _geometry(record, eb)
+    feats.update(geometry)
+    feats.update(_stream_features(stream, eb))
+    return feats
+
+
+def features_from_unit(unit, graph=None, target_kind: str | None = None, model_name: str = "") -> dict:
+    """The record-like dict of a :class:`autoplace.profile.Unit` (no timing), ready for the model.
+
+    Parameters
+    ----------
+    unit : autoplace.profile.Unit
+    graph : networkx.DiGraph, optional
+        The op graph the unit was extracted from (gives the anchor op, its attributes and FLOPs).
+        Without it the record has the unit's ops and shapes only, and the anchor features are missing.
+    target_kind : str, optional
+        Default: the unit's own target kind.
+    model_name : str
+
+    Returns
+    -------
+    dict
+        The same fields :func:`autoplace.profile.job.unit_record` writes (it is used when ``graph``
+        is given), which :func:`record_features`, the models and :class:`CostTable` accept.
+    """
+    kind = target_kind or getattr(unit, "target_kind", None) or "llvm"
+    if graph is not None:
+        from ..profile.job import unit_record
+
+        record = unit_record(unit, graph, model_name, kind, {})
+        record.pop("measured_at", None)
+        return record
+    ops = list(unit.ops)
+    return dict(kind="unit", key=unit.key, target=kind, model=model_name, func_name=unit.func_name, ops=ops,
+                anchor_op=ops[0] if ops else unit.func_name, anchor_attrs={}, anchor_input_shapes=[],
+                arg_shapes=[list(s) for s in unit.arg_shapes], arg_dtypes=list(unit.arg_dtypes),
+                num_outputs=unit.num_outputs, flops=math.nan, bytes_in=unit.nbytes_in,
+                bytes_out=unit.nbytes_out)
+
+
+def as_records(units) -> list:
+    """A list of record mappings from a DataFrame, one mapping, a list of mappings or of ``Unit``."""
+    import pandas as pd
+
+    if isinstance(units, pd.DataFrame):
+        return [row for _, row in units.iterrows()]
+    if isinstance(units, (Mapping, pd.Series)) or hasattr(units, "prim_func"):
+        units = [units]
+    return [features_from_unit(u) if hasattr(u, "prim_func") else u for u in units]

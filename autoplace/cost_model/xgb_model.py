@@ -1,0 +1,194 @@
+"""Gradient-boosted trees (XGBoost) on unit features, predicting log latency.
+
+The trees do not predict the log latency itself but its excess over a work term:
+``log(latency_us) = log(work) + offset + trees(features)`` where ``work`` is the unit's FLOP
+estimate (data movement ops count one per element). Trees cannot extrapolate, and a held-out model
+often has kernels larger than any trained one; with the work term as the base margin the trees
+only learn the time per unit of work (which depends on op class, access pattern and cache fit,
+and stays in range), and a kernel twice the size predicts twice the time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .cost_model import CostModel
+from .features import feature_names, record_features, unit_ops
+
+
+def _work(rec) -> float:
+    """FLOP estimate of a record, or bytes/4 where it has none."""
+    try:
+        flops = float(rec["flops"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        flops = math.nan
+    if not math.isfinite(flops) or flops <= 0:
+        try:
+            flops = (float(rec["bytes_in"]) + float(rec["bytes_out"])) / 4.0
+        except (KeyError, TypeError, ValueError, IndexError):
+            flops = 1.0
+    return max(1.0, flops if math.isfinite(flops) else 1.0)
+
+
+class XGBCostModel(CostModel):
+    """XGBoost regression of log kernel latency; one model for all targets, the target kind a feature.
+
+    Parameters
+    ----------
+    n_estimators : int
+        Boosting rounds.
+    learning_rate : float
+    max_depth : int
+    min_child_weight : float
+    subsample : float
+        Fraction of records each tree sees.
+    colsample_bytree : float
+        Fraction of features each tree sees.
+    reg_lambda : float
+        L2 penalty on leaf weights.
+    base_margin : {"work", None}
+        ``"work"``: trees learn log time per unit of work on top of ``log(work)`` (see the module
+        notes); ``None``: trees learn log latency directly.
+    op_features : bool
+        Also count each exact op name seen in training (besides the op-class counts every record has).
+    random_state : int
+        Seed of the row/column sampling.
+    n_jobs : int
+        Threads XGBoost may use.
+
+    Attributes
+    ----------
+    booster_ : xgboost.Booster
+    feature_names_ : list of str
+    target_kinds_ : list of str
+        Target kinds (``"llvm"``, ``"cuda"``) the model can price.
+    op_vocab_ : dict
+        ``{target kind: ops seen in training}``; units with other ops are flagged as unseen.
+    offset_ : float
+        Mean of ``log(latency_us) - log(work)`` in training.
+    hardware_id_, tvm_version_ : str
+        Where the training records were measured.
+
+    Examples
+    --------
+    >>> from autoplace.profile import ProfileStore
+    >>> records = ProfileStore("profiles/amd-epyc-2c").records()
+    >>> model = XGBCostModel(random_state=0).fit(records)
+    >>> model.predict(records[records.kind == "unit"].head(3))  # doctest: +SKIP
+    array([  1.7,  44.1,  17.9])
+    """
+
+    kind = "xgb"
+
+    def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 4,
+                 min_child_weight: float = 1.0, subsample: float = 0.8, colsample_bytree: float = 0.8,
+                 reg_lambda: float = 1.0, base_margin: str | None = "work", op_features: bool = False,
+                 random_state: int = 0, n_jobs: int = 1):
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.min_child_weight = min_child_weight
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.reg_lambda = reg_lambda
+        self.base_margin = base_margin
+        self.op_features = op_features
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    # -- features ------------------------------------------------------------------------------------
+    def _matrix(self, recs: list, targets: list[str]) -> np.ndarray:
+        base = feature_names()
+        vocab = self._ops_index
+        x = np.full((len(recs), len(self.feature_names_)), np.nan, dtype=np.float32)
+        nb, nt = len(base), len(self.target_kinds_)
+        for i, (rec, tgt) in enumerate(zip(recs, targets)):
+            feats = record_features(rec)
+            x[i, :nb] = [feats[n] for n in base]
+            x[i, nb:nb + nt] = [float(tgt == t) for t in self.target_kinds_]
+            if vocab:
+                counts = np.zeros(len(vocab), dtype=np.float32)
+                for op in unit_ops(rec):
+                    if op in vocab:
+                        counts[vocab[op]] += 1
+                x[i, nb + nt:] = counts
+        return x
+
+    @property
+    def _ops_index(self) -> dict:
+        names = self.feature_names_[len(feature_names()) + len(self.target_kinds_):]
+        return {n[len("op:"):]: i for i, n in enumerate(names)}
+
+    def _margin(self, recs: list) -> np.ndarray:
+        if self.base_margin is None:
+            return np.full(len(recs), self.offset_)
+        if self.base_margin != "work":
+            raise ValueError(f"base_margin must be 'work' or None, not {self.base_margin!r}")
+        return np.array([math.log(_work(r)) for r in recs]) + self.offset_
+
+    # -- fitting -------------------------------------------------------------------------------------
+    def _fit(self, units: pd.DataFrame) -> None:
+        import xgboost as xgb
+
+        ops = sorted({op for t in self.target_kinds_ for op in self.op_vocab_[t]}) if self.op_features else []
+        self.feature_names_ = (feature_names() + [f"target={t}" for t in self.target_kinds_]
+                               + [f"op:{op}" for op in ops])
+        recs = [row for _, row in units.iterrows()]
+        targets = [str(t) for t in units["target"]]
+        y = np.log(units["median_us"].to_numpy(dtype=float))
+        self.offset_ = 0.0
+        if self.base_margin == "work":
+            self.offset_ = float(np.mean(y - np.log([_work(r) for r in recs])))
+        else:
+            self.offset_ = float(np.mean(y))
+        x = self._matrix(recs, targets)
+        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs), feature_names=self._xgb_names())
+        params = {
+            "objective": "reg:squarederror", "eta": self.learning_rate, "max_depth": self.max_depth,
+            "min_child_weight": self.min_child_weight, "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree, "lambda": self.reg_lambda, "seed": self.random_state,
+            "nthread": self.n_jobs, "tree_method": "exact", "base_score": 0.0,
+        }
+        self.booster_ = xgb.train(params, dtrain, num_boost_round=self.n_estimators)
+
+    def _xgb_names(self) -> list[str]:
+        # XGBoost forbids [, ] and < in feature names.
+        return [n.replace("[", "(").replace("]", ")").replace("<", "lt") for n in self.feature_names_]
+
+    def _predict_log(self, recs: list, targets: list[str]) -> np.ndarray:
+        import xgboost as xgb
+
+        x = self._matrix(recs, targets)
+        dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
+        return self.booster_.predict(dmat, output_margin=True).astype(float)
+
+    def feature_importance(self, importance_type: str = "gain") -> pd.Series:
+        """Importance of each feature (XGBoost's ``gain`` by default), largest first."""
+        self._check_fitted()
+        scores = self.booster_.get_score(importance_type=importance_type)
+        names = dict(zip(self._xgb_names(), self.feature_names_))
+        return pd.Series({names.get(k, k): v for k, v in scores.items()}).sort_values(ascending=False)
+
+    # -- saving --------------------------------------------------------------------------------------
+    def _state(self) -> dict:
+        import json
+
+        return {
+            "feature_names": self.feature_names_,
+            "offset": self.offset_,
+            "booster": json.loads(bytes(self.booster_.save_raw(raw_format="json")).decode("utf-8")),
+        }
+
+    def _from_state(self, state: dict) -> None:
+        import json
+
+        import xgboost as xgb
+
+        self.feature_names_ = list(state["feature_names"])
+        self.offset_ = float(state["offset"])
+        booster = xgb.Booster()
+        booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
+        self.booster_ = booster
