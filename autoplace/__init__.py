@@ -9,8 +9,11 @@ Relax) -> ``build`` (compile, run) -> ``compare`` (measure plans side by side).
 from .errors import AssignmentError, AutoplaceError, ModelError, TargetError
 from .frontend import Model, load_model
 from .graph import op_graph
+from .comparison import compare
+from .optimizer import OptimizeResult, optimize
 from .place import Placement, place
 from .targets import TargetSet
+
 
 __version__ = "0.1.0"
 
@@ -19,9 +22,12 @@ __all__ = [
     "AutoplaceError",
     "Model",
     "ModelError",
+    "OptimizeResult",
     "Placement",
     "TargetError",
     "TargetSet",
+    "compare",
+    "optimize",
     "load_model",
     "op_graph",
     "place",

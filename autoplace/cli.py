@@ -7,7 +7,26 @@ import json
 import os
 import sys
 
+from .errors import AutoplaceError
+
 EXAMPLES = {
+    "demo": """examples:
+  autoplace demo                        # cnn-base on two CPU devices, first one memory-capped
+  autoplace demo --model bert --out out # another zoo model
+""",
+    "optimize": """examples:
+  autoplace optimize --zoo cnn --targets '{"cpu0": "llvm", "cpu1": "llvm"}' --out out
+  autoplace optimize model.onnx --targets '{"cpu": "llvm", "gpu": "cuda"}' --pin relax.nn.softmax=cpu
+  autoplace optimize --zoo bert-base --memory cpu0=2e6 --out out
+""",
+    "compare": """examples:
+  autoplace compare --zoo cnn --targets '{"cpu0": "llvm", "cpu1": "llvm"}'
+  autoplace compare --zoo cnn --manual '{"seed002": {"relax.nn.conv2d": "cpu1", "relax.matmul": "cpu1"}}'
+""",
+    "show": """examples:
+  autoplace show out/cnn.result.json            # writes out/cnn.png
+  autoplace show out/cnn.result.json --out plan.svg
+""",
     "profile": """examples:
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
@@ -53,6 +72,120 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def _pins(items) -> dict:
+    out = {}
+    for item in items or []:
+        key, _, target = item.rpartition("=")
+        if not key:
+            raise SystemExit(f"--pin takes KEY=TARGET (e.g. relax.nn.conv2d=gpu), got {item!r}")
+        out[key] = target
+    return out
+
+
+def _memory(items) -> dict:
+    out = {}
+    for item in items or []:
+        target, _, value = item.partition("=")
+        try:
+            out[target] = int(float(value))
+        except ValueError:
+            raise SystemExit(f"--memory takes TARGET=BYTES (e.g. gpu=8e9), got {item!r}") from None
+    return out
+
+
+def _write_outputs(result, out_dir: str) -> dict:
+    """Annotated TVMScript, plan/result JSON and the picture of one optimize result."""
+    from networkx.readwrite import json_graph
+
+    from .show import render_plan
+
+    os.makedirs(out_dir, exist_ok=True)
+    name = result.placement.model.name
+    paths = {
+        "module": os.path.join(out_dir, f"{name}.placed.py"),
+        "result": os.path.join(out_dir, f"{name}.result.json"),
+        "picture": os.path.join(out_dir, f"{name}.png"),
+    }
+    with open(paths["module"], "w", encoding="utf-8") as f:
+        f.write("# Placed by autoplace: every tensor carries its vdevice; R.to_vdevice marks each copy.\n")
+        f.write(result.mod.script(show_meta=False))
+    graph = json_graph.node_link_data(result.view.graph, edges="links")
+    payload = dict(model=name, targets=list(result.targets), plan=result.plan.to_dict(),
+                   assignment=result.assignment, members=result.view.members, graph=graph)
+    with open(paths["result"], "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, default=str)
+    render_plan(result, paths["picture"])
+    return paths
+
+
+def cmd_optimize(args) -> int:
+    from .optimizer import optimize
+
+    (name, model), = _models(args)[:1]
+    result = optimize(model, None, _targets(args.targets), pins=_pins(args.pin), memory_bytes=_memory(args.memory),
+                      method=args.method, time_limit_s=args.time_limit)
+    print(result)
+    print(result.summary().to_string(float_format=lambda v: f"{v:.1f}"))
+    paths = _write_outputs(result, args.out)
+    for what, path in paths.items():
+        print(f"wrote {what}: {path}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .comparison import compare
+
+    (name, model), = _models(args)[:1]
+    manual = json.loads(args.manual) if args.manual else None
+    table = compare(model, None, _targets(args.targets), manual=manual, pins=_pins(args.pin),
+                    memory_bytes=_memory(args.memory), rounds=args.rounds)
+    _print_table(table)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"{table.attrs.get('model', name)}.compare.csv")
+        table.to_csv(path)
+        print(f"wrote {path}")
+    return 0
+
+
+def _print_table(table) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
+        print(table.to_string(float_format=lambda v: f"{v:.2f}"))
+
+
+def cmd_show(args) -> int:
+    from types import SimpleNamespace
+
+    from networkx.readwrite import json_graph
+
+    from .show import render_plan
+    from .solve import PlacementPlan
+
+    with open(args.result, encoding="utf-8") as f:
+        data = json.load(f)
+    view = SimpleNamespace(graph=json_graph.node_link_graph(data["graph"], edges="links"), members=data["members"])
+    result = SimpleNamespace(view=view, plan=PlacementPlan.from_dict(data["plan"]), targets=data["targets"],
+                             placement=SimpleNamespace(model=SimpleNamespace(name=data["model"])))
+    out = args.out or os.path.splitext(args.result)[0].replace(".result", "") + ".png"
+    render_plan(result, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .cost_model.cli import train_main
+
+    return train_main(args.rest)
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(model=args.model, out_dir=args.out, rounds=args.rounds)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="autoplace", description="Measured, optimal CPU/GPU placement for TVM Relax")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,8 +204,53 @@ def main(argv=None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_profile)
 
+    def model_args(p):
+        p.add_argument("models", nargs="*", help="model file: .onnx, or .py with a TVMScript IRModule")
+        p.add_argument("--zoo", nargs="*", help="zoo model (mlp cnn bert seed003 inception, -base for base size)")
+        p.add_argument("--targets", help='JSON dict name -> target (default {"cpu": "llvm"})')
+        p.add_argument("--pin", nargs="*", help="KEY=TARGET: pin a node, op name or instance")
+        p.add_argument("--memory", nargs="*", help="TARGET=BYTES: memory cap of a target")
+
+    p = sub.add_parser("optimize", help="place a model, write the annotated module, plan and picture",
+                       epilog=EXAMPLES["optimize"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    model_args(p)
+    p.add_argument("--method", default="auto", help="auto (default), ilp, mincut, greedy, all:<target>")
+    p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit in seconds")
+    p.add_argument("--out", default="out", help="output folder (default: out)")
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("compare", help="build and time autoplace's plan, the baselines and manual plans",
+                       epilog=EXAMPLES["compare"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    model_args(p)
+    p.add_argument("--manual", help='JSON {label: {key: target}} of manual placements to compare')
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", help="folder for the CSV table")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("show", help="render a saved plan (from optimize) as a picture",
+                       epilog=EXAMPLES["show"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("result", help="a <model>.result.json written by autoplace optimize")
+    p.add_argument("--out", help="picture path (.png or .svg)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("train", help="train the XGBoost cost model on a profile (see autoplace train --help)",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("demo", help="the main job: optimize a zoo model, measure it against the baselines",
+                       epilog=EXAMPLES["demo"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="cnn-base", help="zoo model (default cnn-base)")
+    p.add_argument("--out", default="out", help="output folder (default: out)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.set_defaults(func=cmd_demo)
+
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except AutoplaceError as err:
+        print(f"autoplace: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

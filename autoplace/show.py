@@ -23,7 +23,7 @@ def _layout(graph: nx.DiGraph) -> dict:
 
 
 def render_plan(result, path: str | None = None, *, labels: int = 8, title: str | None = None):
-    """Draw an :class:`~autoplace.optimize.OptimizeResult` (or anything with ``view``, ``plan``,
+    """Draw an :class:`~autoplace.optimizer.OptimizeResult` (or anything with ``view``, ``plan``,
     ``targets``); save to ``path`` (``.png``/``.svg``) if given; return the matplotlib figure."""
     import matplotlib
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .optimize import OptimizeResult, optimize
+from .optimizer import OptimizeResult, optimize
 from .place import place
 
 
@@ -67,23 +67,24 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
                     # Every kernel on one target; pinned nodes (inputs arrive on the host, outputs
                     # return there, user pins) stay where they are pinned.
                     everything = {node: pinned.get(node, method[4:]) for node in problem.nodes}
-                    plan = solve(problem, method="manual", assignment=everything)
+                    unit_assignment, status = everything, "baseline"
                 else:
-                    plan = solve(problem, method=method)
+                    unit_assignment, status = solve(_uncapped(problem), method=method).assignment, "baseline"
+                predicted, over = _predict(problem, unit_assignment)
             except PlacementError as err:
                 plans[method] = (None, None, f"infeasible: {err}")
                 continue
             assignment = {}
-            for node, target in plan.assignment.items():
+            for node, target in unit_assignment.items():
                 for op in result.view.members.get(node, [node]):
                     assignment[op] = target
-            plans[method] = (plan.objective_us, place(model, None, assignment, result.targets), "baseline")
+            plans[method] = (predicted, place(model, None, assignment, result.targets), status + over)
     for label, assignment in (manual or {}).items():
         placement = place(model, None, assignment, result.targets)
         unit_assignment = _unit_assignment(result, placement.assignment)
         unit_assignment = {k: v for k, v in unit_assignment.items() if k in set(result.problem.nodes)}
-        predicted = solve(result.problem, method="manual", assignment=unit_assignment).objective_us
-        plans[f"manual:{label}"] = (predicted, placement, "manual (predicted at kernel level)")
+        predicted, over = _predict(result.problem, unit_assignment)
+        plans[f"manual:{label}"] = (predicted, placement, "manual (predicted at kernel level)" + over)
     inputs = model.random_inputs(seed=0)
     reference = None
     runners = {}
@@ -120,6 +121,24 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     table = pd.DataFrame(rows).set_index("plan")
     table.attrs["model"] = model.name
     return table
+
+
+def _uncapped(problem):
+    """The same problem without memory caps (baselines ignore them; the table says when they break one)."""
+    from .solve import PlacementProblem
+
+    data = problem.to_dict()
+    data["memory_bytes"] = [None] * len(data["memory_bytes"])
+    return PlacementProblem.from_dict(data)
+
+
+def _predict(problem, unit_assignment: dict) -> tuple[float, str]:
+    """Predicted latency of a unit-level assignment, and a note if it breaks a memory cap."""
+    from .solve import evaluate
+
+    cost = evaluate(problem, problem.assignment_index(unit_assignment))
+    over = [t for t, used, cap in zip(problem.targets, cost.memory_bytes, problem.memory_bytes) if used > cap]
+    return float(cost.objective_us), (f"; over the memory cap of {over}" if over else "")
 
 
 def _flat(out):

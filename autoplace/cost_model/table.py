@@ -1,0 +1,231 @@
+"""Costs for the placement problem, lookup first: measured where profiled, predicted elsewhere.
+
+A :class:`CostTable` answers the three questions a placement needs, each in microseconds:
+
+* what a kernel costs on a target kind (:meth:`CostTable.unit_latency_us`): the profile's
+  measurement for that kernel (same unit ``key`` and target) when there is one, else the cost
+  model's prediction; the answer says which (``source``);
+* what one kernel launch costs on a device (:meth:`CostTable.launch_us`), from ``kind="launch"``
+  records;
+* what a copy between two devices costs (:meth:`CostTable.copy_cost`), from the profiler's
+  ``latency_us = alpha_us + nbytes * us_per_byte`` fit (``kind="copy_fit"``) for that device pair.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..errors import AutoplaceError
+from .cost_model import CostModel, create, load
+from .features import as_records, features_from_unit
+
+#: ``source`` of a latency: the profile's measurement of this very kernel.
+MEASURED = "measured"
+#: ``source`` of a latency: predicted by the cost model; every fused op was seen in training.
+PREDICTED = "predicted"
+#: ``source`` of a latency: predicted, but the kernel fuses an op no training record had (less sure).
+PREDICTED_UNSEEN_OP = "predicted-unseen-op"
+#: ``source`` of a latency: the profile recorded that this kernel fails on the target (``inf``).
+UNSUPPORTED = "unsupported"
+
+
+def _kind_of(label: str) -> str:
+    return str(label).split(":")[0]
+
+
+def _records_frame(records) -> pd.DataFrame:
+    if isinstance(records, pd.DataFrame):
+        return records
+    if isinstance(records, str) or hasattr(records, "records"):
+        from ..profile import ProfileStore
+
+        store = ProfileStore(records) if isinstance(records, str) else records
+        return store.records()
+    return pd.DataFrame(list(records))
+
+
+class CostTable:
+    """Lookup-first unit costs, launch overheads and copy costs from one profile.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame, list of dict, ProfileStore or str
+        The profile's records (a store or its folder is read with ``ProfileStore.records()``).
+    model : CostModel, str or None
+        Prices kernels the profile did not measure: a fitted model, the path of a saved one, a model
+        name (``"xgb"``, ``"roofline"``: trained here on ``records``), or None (then asking for an
+        unmeasured kernel raises ``KeyError``).
+
+    Examples
+    --------
+    >>> table = CostTable(ProfileStore("profiles/amd-epyc-2c").records(), model="xgb")  # doctest: +SKIP
+    >>> table.unit_latency_us(record, "llvm")                                            # doctest: +SKIP
+    (43.99, 'measured')
+    >>> table.copy_us("llvm:0", "llvm:1", 4096)                                          # doctest: +SKIP
+    3.1
+    """
+
+    def __init__(self, records, model: CostModel | str | None = None):
+        df = _records_frame(records)
+        self.records = df
+        self.measured_: dict = {}
+        self.unsupported_: dict = {}
+        self.launch_: dict = {}
+        self.copy_: dict = {}
+        if not df.empty and "kind" in df:
+            status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
+            for (_, rec), st in zip(df[df["kind"] == "unit"].iterrows(), status[df["kind"] == "unit"]):
+                tag = (str(rec["key"]), str(rec["target"]))
+                us = rec.get("median_us")
+                if st == "ok" and us is not None and np.isfinite(us) and us > 0:
+                    self.measured_[tag] = float(us)
+                    self.unsupported_.pop(tag, None)
+                elif st != "ok" and tag not in self.measured_:
+                    self.unsupported_[tag] = str(st)
+            for _, rec in df[df["kind"] == "launch"].iterrows():
+                if np.isfinite(rec.get("median_us", np.nan)):
+                    self.launch_[str(rec["target"])] = float(rec["median_us"])
+            for _, rec in df[df["kind"] == "copy_fit"].iterrows():
+                self.copy_[str(rec["target"])] = (float(rec["alpha_us"]), float(rec["us_per_byte"]))
+        if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
+            model = load(os.fspath(model))
+        elif isinstance(model, str):
+            model = create(model).fit(df)
+        _warn_foreign_model(model, df)
+        self.model = model
+
+    # -- kernels -------------------------------------------------------------------------------------
+    def unit_latency_us(self, unit, target_kind: str | None = None, *, graph=None) -> tuple[float, str]:
+        """Latency of one kernel and where it comes from.
+
+        Parameters
+        ----------
+        unit : dict, pandas.Series or autoplace.profile.Unit
+            A unit record (as the profiler writes it) or a Unit from ``extract_units``.
+        target_kind : str, optional
+            ``"llvm"``, ``"cuda"`` (or a label like ``"cuda:0"``). Default: the unit's own target.
+        graph : networkx.DiGraph, optional
+            For a Unit: the op graph it was extracted from (better features when predicted).
+
+        Returns
+        -------
+        (latency_us, source)
+            ``source`` is :data:`MEASURED`, :data:`PREDICTED`, :data:`PREDICTED_UNSEEN_OP` or
+            :data:`UNSUPPORTED` (latency ``inf``: the profile saw this kernel fail on the target).
+
+        Raises
+        ------
+        KeyError
+            The kernel was not measured and the table has no cost model.
+        """
+        frame = self.latencies([unit], target_kind, graph=graph)
+        return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
+
+    def latencies(self, units, target_kind: str | None = None, *, graph=None) -> pd.DataFrame:
+        """:meth:`unit_latency_us` for many units at once (one model call).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per unit: ``key``, ``target``, ``latency_us``, ``source``, ``unseen_ops``.
+        """
+        if isinstance(units, pd.DataFrame):
+            recs = as_records(units)
+        else:
+            units = [units] if (isinstance(units, (dict, pd.Series)) or hasattr(units, "prim_func")) else units
+            recs = [features_from_unit(u, graph) if hasattr(u, "prim_func") else u for u in units]
+        rows, todo = [], []
+        for i, rec in enumerate(recs):
+            target = _kind_of(target_kind) if target_kind else _kind_of(rec.get("target", "") or "")
+            key = str(rec.get("key", ""))
+            row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[])
+            if (key, target) in self.measured_:
+                row.update(latency_us=self.measured_[(key, target)], source=MEASURED)
+            elif (key, target) in self.unsupported_:
+                row.update(latency_us=math.inf, source=UNSUPPORTED)
+            else:
+                todo.append(i)
+            rows.append(row)
+        if todo:
+            if self.model is None:
+                missing = [rows[i]["key"] for i in todo[:3]]
+                raise KeyError(f"kernels {missing}{'...' if len(todo) > 3 else ''} were not measured and this "
+                               "CostTable has no cost model: pass model='xgb' (or a trained model)")
+            sub = [recs[i] for i in todo]
+            targets = [rows[i]["target"] for i in todo]
+            lat = np.empty(len(todo))
+            unseen = [None] * len(todo)
+            for tgt in sorted(set(targets)):
+                idx = [j for j, t in enumerate(targets) if t == tgt]
+                part = [sub[j] for j in idx]
+                lat[idx] = self.model.predict(part, target=tgt)
+                for j, ops in zip(idx, self.model.unseen_ops(part, target=tgt)):
+                    unseen[j] = ops
+            for j, i in enumerate(todo):
+                rows[i].update(latency_us=float(lat[j]), unseen_ops=unseen[j],
+                               source=PREDICTED_UNSEEN_OP if unseen[j] else PREDICTED)
+        return pd.DataFrame(rows, columns=["key", "target", "latency_us", "source", "unseen_ops"])
+
+    # -- launches and copies -------------------------------------------------------------------------
+    def launch_us(self, target_label: str, default: float | None = None) -> float:
+        """VM overhead of one kernel call on a device (``"llvm:0"``), in microseconds.
+
+        A device without its own record takes the mean over devices of the same kind; with none of
+        its kind either, ``default`` is returned if given, else ``KeyError`` is raised.
+        """
+        label = str(target_label)
+        if label in self.launch_:
+            return self.launch_[label]
+        same = [v for k, v in self.launch_.items() if _kind_of(k) == _kind_of(label)]
+        if same:
+            return float(np.mean(same))
+        if default is not None:
+            return float(default)
+        raise KeyError(f"no launch-overhead record for {label!r} (have {sorted(self.launch_)}); "
+                       "profile with copies enabled (autoplace profile without --no-copies)")
+
+    def copy_cost(self, src_label: str, dst_label: str) -> tuple[float, float]:
+        """``(alpha_us, us_per_byte)`` of copying from one device to another (``"llvm:0"``, ``"cuda:0"``).
+
+        A copy to the same device is free. A pair without its own fit takes the mean of the fits
+        between devices of the same kinds in the same direction; with none, ``KeyError``.
+        """
+        src, dst = str(src_label), str(dst_label)
+        if src == dst:
+            return 0.0, 0.0
+        pair = f"{src}->{dst}"
+        if pair in self.copy_:
+            return self.copy_[pair]
+        kinds = (_kind_of(src), _kind_of(dst))
+        same = [v for k, v in self.copy_.items()
+                if "->" in k and tuple(_kind_of(p) for p in k.split("->", 1)) == kinds]
+        if same:
+            return float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same]))
+        raise KeyError(f"no copy fit for {pair} (have {sorted(self.copy_)}); profile both devices together "
+                       "(autoplace profile --targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}')")
+
+    def copy_us(self, src_label: str, dst_label: str, nbytes: float) -> float:
+        """Predicted time of one copy of ``nbytes`` bytes: ``alpha_us + nbytes * us_per_byte``."""
+        alpha, per_byte = self.copy_cost(src_label, dst_label)
+        return 0.0 if src_label == dst_label else alpha + float(nbytes) * per_byte
+
+    def __repr__(self) -> str:
+        return (f"CostTable({len(self.measured_)} measured kernels, {len(self.launch_)} launch records, "
+                f"{len(self.copy_)} copy fits, model={type(self.model).__name__ if self.model else None})")
+
+
+def _warn_foreign_model(model: CostModel, df: pd.DataFrame) -> None:
+    """Warn when a model was trained on other hardware than the records it is combined with."""
+    if model is None or df.empty or "hardware_id" not in df:
+        return
+    ids = set(df["hardware_id"].dropna().astype(str))
+    if ids and getattr(model, "hardware_id_", None) not in ids:
+        from ..profile import ForeignProfileWarning
+
+        warnings.warn(f"the cost model was trained on {model.hardware_id_!r} records but the table's profile is "
+                      f"from {sorted(ids)}", ForeignProfileWarning, stacklevel=3)

@@ -1,0 +1,71 @@
+"""The main job (``./run demo``): place a bundled zoo model from the committed profiles, build it,
+run it, check its numbers, measure it side by side with the baselines and write what it made."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .comparison import compare
+from .optimizer import find_profiles, optimize
+from .targets import TargetSet
+
+
+def demo_targets() -> tuple[dict, str]:
+    """Two CPU devices (they run anywhere); a GPU too where this machine has one or a GPU profile exists."""
+    targets = {"cpu0": "llvm", "cpu1": "llvm"}
+    note = "two CPU vdevices (llvm:0, llvm:1): every plan builds and runs on this machine"
+    gpu = TargetSet({"gpu": "cuda"})
+    if not gpu.unavailable():
+        targets["gpu"] = "cuda"
+        note += "; a CUDA GPU is here, so it is a target too"
+    else:
+        try:
+            folders = find_profiles({"cuda", "llvm"})
+            note += (f"; no GPU here, and a GPU profile exists ({', '.join(os.path.basename(f) for f in folders)}): "
+                     "see `autoplace optimize --targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}'` to plan for it")
+        except Exception:  # noqa: BLE001 - no GPU profile committed yet
+            note += "; no GPU here and no committed GPU profile, so the demo plans for CPU devices only"
+    return targets, note
+
+
+def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> int:
+    from . import zoo
+    from .cli import _print_table, _write_outputs
+    from .show import plot_compare
+
+    started = time.perf_counter()
+    targets, note = demo_targets()
+    print(f"targets: {note}")
+    m = zoo.parse(model)
+    print(f"model: {m.name} ({sum(1 for _ in m.input_specs())} input(s), {m.weight_nbytes / 1e6:.2f} MB of weights)")
+    free = optimize(m, None, targets)
+    footprint = float(free.problem.footprint_bytes.sum())
+    cap = int(0.5 * footprint)
+    print(f"\n1. Unconstrained optimum: {free}")
+    print(f"\n2. Now cpu0 may hold only half of the model ({cap / 1e6:.2f} MB of {footprint / 1e6:.2f} MB weights+activations):"
+          " the best placement is genuinely mixed, and the solver must find the cheapest cut.")
+    result = optimize(m, None, targets, memory_bytes={"cpu0": cap})
+    print(result)
+    print(result.summary().to_string(float_format=lambda v: f"{v:.1f}"))
+    manual = {"seed 002 (conv2d/matmul on cpu1)": {"relax.nn.conv2d": "cpu1", "relax.matmul": "cpu1"}}
+    print(f"\n3. Building and timing every plan side by side ({rounds} interleaved rounds; the same numbers are checked)...")
+    table = compare(m, None, targets, result=result, manual=manual, rounds=rounds)
+    _print_table(table)
+    paths = _write_outputs(result, out_dir)
+    table.to_csv(os.path.join(out_dir, f"{m.name}.compare.csv"))
+    plot_compare(table, os.path.join(out_dir, f"{m.name}.compare.png"))
+    measured = table["measured_median_us"].dropna()
+    best_baseline = measured.drop(index="autoplace").min()
+    print(f"\nautoplace: {measured['autoplace']:.1f} us measured (predicted {result.predicted_us:.1f} us); "
+          f"best baseline {best_baseline:.1f} us -> ratio {measured['autoplace'] / best_baseline:.3f}")
+    print("\nwrote:")
+    for what, path in paths.items():
+        print(f"  {what}: {path}")
+    print(f"  comparison: {os.path.join(out_dir, m.name + '.compare.csv')} and .compare.png")
+    print(f"\ndone in {time.perf_counter() - started:.0f} s. Try next:\n"
+          f"  autoplace optimize --zoo bert --targets '{{\"cpu0\": \"llvm\", \"cpu1\": \"llvm\"}}' --memory cpu0=1e6\n"
+          f"  autoplace show {paths['result']}\n"
+          f"  autoplace profile --zoo mlp --targets '{{\"cpu\": \"llvm\"}}'   # measure your own machine\n"
+          f"  in Python: result = autoplace.optimize(mod, params, targets); result.run(x); result.mod.show()")
+    return 0
