@@ -76,6 +76,7 @@ class CostTable:
         self.measured_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
+        self.invoke_: dict = {}
         self.copy_: dict = {}
         if not df.empty and "kind" in df:
             status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
@@ -90,6 +91,9 @@ class CostTable:
             for _, rec in df[df["kind"] == "launch"].iterrows():
                 if np.isfinite(rec.get("median_us", np.nan)):
                     self.launch_[str(rec["target"])] = float(rec["median_us"])
+                    single = rec.get("single_call_us", np.nan)
+                    if single is not None and np.isfinite(single):
+                        self.invoke_[str(rec["target"])] = max(0.0, float(single) - float(rec["median_us"]))
             for _, rec in df[df["kind"] == "copy_fit"].iterrows():
                 self.copy_[str(rec["target"])] = (float(rec["alpha_us"]), float(rec["us_per_byte"]))
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
@@ -188,6 +192,20 @@ class CostTable:
             return float(default)
         raise KeyError(f"no launch-overhead record for {label!r} (have {sorted(self.launch_)}); "
                        "profile with copies enabled (autoplace profile without --no-copies)")
+
+    def invoke_us(self, target_label: str, default: float | None = None) -> float:
+        """Fixed VM cost of one call of a model's ``main`` on a device, in microseconds (besides its
+        kernel launches): the launch record's ``single_call_us`` less one launch. Same fallbacks as
+        :meth:`launch_us`."""
+        label = str(target_label)
+        if label in self.invoke_:
+            return self.invoke_[label]
+        same = [v for k, v in self.invoke_.items() if _kind_of(k) == _kind_of(label)]
+        if same:
+            return float(np.mean(same))
+        if default is not None:
+            return float(default)
+        raise KeyError(f"no launch record with single_call_us for {label!r}; profile with copies enabled")
 
     def copy_cost(self, src_label: str, dst_label: str) -> tuple[float, float]:
         """``(alpha_us, us_per_byte)`` of copying from one device to another (``"llvm:0"``, ``"cuda:0"``).

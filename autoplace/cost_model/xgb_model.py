@@ -16,7 +16,11 @@ import numpy as np
 import pandas as pd
 
 from .cost_model import CostModel
-from .features import feature_names, record_features, unit_ops
+from .features import OP_CLASSES, feature_names, record_features, unit_ops
+
+#: Features of the linear part of ``base_margin="linear"``: op class and cache overflow.
+LINEAR_FEATURES = tuple(f"anchor_cls_{c}" for c in OP_CLASSES) + (
+    "cls_transcendental", "mem_l1_over", "mem_l2_over", "size_intensity")
 
 
 def _work(rec) -> float:
@@ -54,6 +58,8 @@ class XGBCostModel(CostModel):
         notes); ``None``: trees learn log latency directly.
     op_features : bool
         Also count each exact op name seen in training (besides the op-class counts every record has).
+    drop_features : tuple of str
+        Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
     random_state : int
         Seed of the row/column sampling.
     n_jobs : int
@@ -86,7 +92,7 @@ class XGBCostModel(CostModel):
     def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 4,
                  min_child_weight: float = 1.0, subsample: float = 0.8, colsample_bytree: float = 0.8,
                  reg_lambda: float = 1.0, base_margin: str | None = "work", op_features: bool = False,
-                 random_state: int = 0, n_jobs: int = 1):
+                 linear_alpha: float = 1.0, drop_features: tuple = (), random_state: int = 0, n_jobs: int = 1):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
@@ -96,56 +102,77 @@ class XGBCostModel(CostModel):
         self.reg_lambda = reg_lambda
         self.base_margin = base_margin
         self.op_features = op_features
+        self.linear_alpha = linear_alpha
+        self.drop_features = drop_features
         self.random_state = random_state
         self.n_jobs = n_jobs
 
     # -- features ------------------------------------------------------------------------------------
     def _matrix(self, recs: list, targets: list[str]) -> np.ndarray:
-        base = feature_names()
-        vocab = self._ops_index
-        x = np.full((len(recs), len(self.feature_names_)), np.nan, dtype=np.float32)
-        nb, nt = len(base), len(self.target_kinds_)
+        names = self.feature_names_
+        x = np.full((len(recs), len(names)), np.nan, dtype=np.float32)
         for i, (rec, tgt) in enumerate(zip(recs, targets)):
             feats = record_features(rec)
-            x[i, :nb] = [feats[n] for n in base]
-            x[i, nb:nb + nt] = [float(tgt == t) for t in self.target_kinds_]
-            if vocab:
-                counts = np.zeros(len(vocab), dtype=np.float32)
+            for t in self.target_kinds_:
+                feats[f"target={t}"] = float(tgt == t)
+            if self.op_features:
+                for op in self.ops_:
+                    feats[f"op:{op}"] = 0.0
                 for op in unit_ops(rec):
-                    if op in vocab:
-                        counts[vocab[op]] += 1
-                x[i, nb + nt:] = counts
+                    if f"op:{op}" in feats:
+                        feats[f"op:{op}"] += 1.0
+            x[i] = [feats.get(n, np.nan) for n in names]
         return x
 
-    @property
-    def _ops_index(self) -> dict:
-        names = self.feature_names_[len(feature_names()) + len(self.target_kinds_):]
-        return {n[len("op:"):]: i for i, n in enumerate(names)}
-
-    def _margin(self, recs: list) -> np.ndarray:
+    def _margin(self, recs: list, x: np.ndarray | None = None) -> np.ndarray:
         if self.base_margin is None:
             return np.full(len(recs), self.offset_)
-        if self.base_margin != "work":
-            raise ValueError(f"base_margin must be 'work' or None, not {self.base_margin!r}")
-        return np.array([math.log(_work(r)) for r in recs]) + self.offset_
+        if self.base_margin not in ("work", "linear"):
+            raise ValueError(f"base_margin must be 'work', 'linear' or None, not {self.base_margin!r}")
+        margin = np.array([math.log(_work(r)) for r in recs]) + self.offset_
+        if self.base_margin == "linear" and self.linear_coef_:
+            margin = margin + self._linear_design(x) @ np.asarray(self.linear_coef_)
+        return margin
+
+    def _linear_design(self, x: np.ndarray) -> np.ndarray:
+        cols = [self.feature_names_.index(n) for n in self.linear_features_]
+        z = np.nan_to_num(x[:, cols].astype(float), nan=0.0)
+        return (z - np.asarray(self.linear_mean_)) / np.asarray(self.linear_scale_)
+
+    def _fit_linear(self, x: np.ndarray, resid: np.ndarray) -> None:
+        """Ridge regression of log time per work on a few physical features (can extrapolate)."""
+        self.linear_features_ = [n for n in LINEAR_FEATURES if n in self.feature_names_]
+        self.linear_coef_, self.linear_mean_, self.linear_scale_ = [], [], []
+        if self.base_margin != "linear" or not self.linear_features_:
+            return
+        cols = [self.feature_names_.index(n) for n in self.linear_features_]
+        z = np.nan_to_num(x[:, cols].astype(float), nan=0.0)
+        mean, scale = z.mean(axis=0), z.std(axis=0)
+        scale[scale == 0] = 1.0
+        self.linear_mean_, self.linear_scale_ = mean.tolist(), scale.tolist()
+        zs = (z - mean) / scale
+        a = zs.T @ zs + self.linear_alpha * len(z) / 100.0 * np.eye(zs.shape[1])
+        self.linear_coef_ = np.linalg.solve(a, zs.T @ resid).tolist()
 
     # -- fitting -------------------------------------------------------------------------------------
     def _fit(self, units: pd.DataFrame) -> None:
         import xgboost as xgb
 
-        ops = sorted({op for t in self.target_kinds_ for op in self.op_vocab_[t]}) if self.op_features else []
-        self.feature_names_ = (feature_names() + [f"target={t}" for t in self.target_kinds_]
-                               + [f"op:{op}" for op in ops])
+        self.ops_ = sorted({op for t in self.target_kinds_ for op in self.op_vocab_[t]}) if self.op_features else []
+        names = (feature_names() + [f"target={t}" for t in self.target_kinds_] + [f"op:{op}" for op in self.ops_])
+        drop = tuple(self.drop_features or ())
+        self.feature_names_ = [n for n in names if not (drop and n.startswith(drop))]
         recs = [row for _, row in units.iterrows()]
         targets = [str(t) for t in units["target"]]
         y = np.log(units["median_us"].to_numpy(dtype=float))
-        self.offset_ = 0.0
-        if self.base_margin == "work":
+        if self.base_margin in ("work", "linear"):
             self.offset_ = float(np.mean(y - np.log([_work(r) for r in recs])))
         else:
             self.offset_ = float(np.mean(y))
         x = self._matrix(recs, targets)
-        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs), feature_names=self._xgb_names())
+        self.linear_coef_ = []
+        self._fit_linear(x, y - self._margin(recs, x))
+        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs, x), feature_names=self._xgb_names())
         params = {
             "objective": "reg:squarederror", "eta": self.learning_rate, "max_depth": self.max_depth,
             "min_child_weight": self.min_child_weight, "subsample": self.subsample,
@@ -162,7 +189,7 @@ class XGBCostModel(CostModel):
         import xgboost as xgb
 
         x = self._matrix(recs, targets)
-        dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
+        dmat = xgb.DMatrix(x, base_margin=self._margin(recs, x), feature_names=self._xgb_names())
         return self.booster_.predict(dmat, output_margin=True).astype(float)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
@@ -179,6 +206,8 @@ class XGBCostModel(CostModel):
         return {
             "feature_names": self.feature_names_,
             "offset": self.offset_,
+            "linear": {"features": self.linear_features_, "coef": self.linear_coef_, "mean": self.linear_mean_,
+                       "scale": self.linear_scale_},
             "booster": json.loads(bytes(self.booster_.save_raw(raw_format="json")).decode("utf-8")),
         }
 
@@ -188,7 +217,11 @@ class XGBCostModel(CostModel):
         import xgboost as xgb
 
         self.feature_names_ = list(state["feature_names"])
+        self.ops_ = [n[len("op:"):] for n in self.feature_names_ if n.startswith("op:")]
         self.offset_ = float(state["offset"])
+        lin = state["linear"]
+        self.linear_features_, self.linear_coef_ = list(lin["features"]), list(lin["coef"])
+        self.linear_mean_, self.linear_scale_ = list(lin["mean"]), list(lin["scale"])
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
         self.booster_ = booster

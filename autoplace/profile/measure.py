@@ -84,6 +84,8 @@ def _worker_measure(task: dict) -> dict:
         lib = compile_kernel(task["func_script"], task["target_json"])
     except Exception as err:  # noqa: BLE001 - any compile failure means "unsupported here"
         return dict(status="error", error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
+    if task.get("compile_only"):
+        return dict(status="compiled")
     try:
         result = time_kernel(lib, task["kind"], task["arg_shapes"], task["arg_dtypes"], task["num_outputs"],
                              number=task["number"], repeat=task["repeat"], min_repeat_ms=task["min_repeat_ms"])
@@ -105,11 +107,15 @@ class KernelTimer:
         Per kernel (compile + time); past it the worker is killed and the kernel recorded as a timeout.
     isolate : bool
         Use a worker process (default). ``False`` is faster to start but a crash kills the caller.
+    compile_only : bool
+        Only check that each kernel compiles for the target (status ``"compiled"`` or ``"error"``):
+        for a target this machine cannot run, e.g. CUDA kernels built here for a GPU box.
     """
 
-    def __init__(self, *, timeout_s: float = 300.0, isolate: bool = True, **timing):
+    def __init__(self, *, timeout_s: float = 300.0, isolate: bool = True, compile_only: bool = False, **timing):
         self.timeout_s = timeout_s
         self.isolate = isolate
+        self.compile_only = compile_only
         self.timing = {**DEFAULT_TIMING, **timing}
         self._pool = None
 
@@ -147,6 +153,7 @@ class KernelTimer:
             arg_shapes=[list(s) for s in unit.arg_shapes],
             arg_dtypes=list(unit.arg_dtypes),
             num_outputs=unit.num_outputs,
+            compile_only=self.compile_only,
             **self.timing,
         )
         task["target_json"] = _target_json(target)

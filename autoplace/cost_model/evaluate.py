@@ -1,0 +1,267 @@
+"""Leave-one-model-out evaluation of cost models, and learning curves, from profile records alone.
+
+Splits
+------
+A zoo model and its size variants (``cnn``, ``cnn-base``, ``bert_base``...) form a *family*
+(:func:`family`); a fold holds out a whole family, since variants share kernels (same key) and
+would leak them into training. Each fold trains two models:
+
+* **pure**: on every kernel that does not occur in the held-out family. Every kernel of the held-out
+  models is predicted: the model never saw any of them.
+* **lookup-first**: on every kernel of the other models (a kernel the held-out model shares with
+  them is in their profile). A :class:`~autoplace.cost_model.table.CostTable` over those records
+  answers kernels it has measured with the measurement and predicts the rest, which is what
+  placing a never-profiled model does.
+
+Metrics (per held-out model and target)
+---------------------------------------
+Over the model's distinct kernels: MAPE, MdAPE (absolute percentage errors) and the Spearman rank
+correlation of predicted vs measured latency. End to end, against the model's ``kind="model"``
+record (its latency built entirely on that target): predicted latency = VM invocation overhead +
+launches x launch overhead + sum over the kernels it launches (with repeats) of their latency
+(:func:`end_to_end_us`). The *oracle* uses measured kernel latencies in the same sum: its error is
+the part no kernel cost model can remove (measurement noise, effects between kernels).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .cost_model import create, training_units
+from .features import op_class
+from .table import MEASURED, CostTable
+
+
+def family(model_name: str) -> str:
+    """``"cnn-base"`` -> ``"cnn"``, ``"bert_base"`` -> ``"bert"``: the name before the first ``-`` or ``_``."""
+    return re.split(r"[-_]", str(model_name))[0]
+
+
+def model_runs(records: pd.DataFrame, target: str) -> pd.DataFrame:
+    """The last good ``kind="model"`` record of each model on a target kind (key = model name)."""
+    if "kind" not in records:
+        return pd.DataFrame()
+    runs = records[(records["kind"] == "model") & (records["target"] == target)]
+    if "status" in runs:
+        runs = runs[runs["status"] == "ok"]
+    return runs.drop_duplicates(subset=["key"], keep="last").set_index("key")
+
+
+def model_unit_keys(records: pd.DataFrame, target: str) -> dict:
+    """``{model name: [unit keys it launches, in order, with repeats]}`` on a target kind.
+
+    From the model's ``kind="model"`` record where there is one; else the distinct kernels whose
+    unit records name the model (each counted once).
+    """
+    out = {}
+    units = records[(records["kind"] == "unit") & (records["target"] == target)]
+    for name, group in units.groupby("model"):
+        out[str(name)] = list(dict.fromkeys(group["key"]))
+    for name, run in model_runs(records, target).iterrows():
+        keys = run.get("unit_keys")
+        if isinstance(keys, list) and keys:
+            out[str(name)] = [str(k) for k in keys]
+    return out
+
+
+def end_to_end_us(table: CostTable, unit_latency_us: dict, keys: list, target_label: str) -> float:
+    """Predicted latency of a model built entirely on one device, in microseconds.
+
+    ``invoke + len(keys) * launch + sum(unit_latency_us[k] for k in keys)``, where ``launch`` is the
+    VM's cost of one kernel call (``kind="launch"`` record) and ``invoke`` its fixed cost of one call
+    of ``main`` (the record's ``single_call_us`` less one launch).
+    """
+    launch = table.launch_us(target_label, default=0.0)
+    return table.invoke_us(target_label, default=0.0) + len(keys) * launch + sum(unit_latency_us[k] for k in keys)
+
+
+def _ape(pred, meas) -> np.ndarray:
+    pred, meas = np.asarray(pred, float), np.asarray(meas, float)
+    return np.abs(pred - meas) / meas
+
+
+def _spearman(a, b) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(spearmanr(a, b).statistic)
+
+
+def _side_records(records: pd.DataFrame) -> pd.DataFrame:
+    return records[records["kind"].isin(["launch", "copy", "copy_fit"])]
+
+
+def leave_one_family_out(records: pd.DataFrame, model="xgb", *, target: str | None = None,
+                         train_filter=None, quiet: bool = True, **params) -> dict:
+    """Hold out each model family in turn, train on the rest, predict the held-out kernels.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame
+        Profile records (units, models, launches).
+    model : str or callable
+        Cost-model name for :func:`autoplace.cost_model.create` (with ``**params``), or a callable
+        returning a fresh unfitted model.
+    target : str, optional
+        Target kind to evaluate (default: every kind with unit records).
+    train_filter : callable, optional
+        ``train_filter(train_units_df, fold_index) -> smaller df``: to subsample training records
+        (learning curves).
+    quiet : bool
+        Silence the foreign-profile warnings of training (the evaluation is about accuracy).
+
+    Returns
+    -------
+    dict
+        ``"models"``: one row per held-out model and target (metrics, see the module notes);
+        ``"units"``: one row per held-out (model, kernel) with measured and predicted latencies.
+    """
+    make = model if callable(model) else (lambda: create(model, **params))
+    units_all = training_units(records)
+    kinds = [target] if target else sorted(units_all["target"].unique()) if not units_all.empty else []
+    model_rows, unit_rows = [], []
+    for kind in kinds:
+        units = units_all[units_all["target"] == kind]
+        measured = dict(zip(units["key"], units["median_us"].astype(float)))
+        keys_of = model_unit_keys(records, kind)
+        runs = model_runs(records, kind)
+        label = f"{kind}:0"
+        families = sorted({family(m) for m in keys_of})
+        for fold, fam in enumerate(families):
+            held = [m for m in keys_of if family(m) == fam]
+            fam_keys = {k for m in held for k in keys_of[m]}
+            other_keys = {k for m, ks in keys_of.items() if family(m) != fam for k in ks}
+            pure_train = units[~units["key"].isin(fam_keys)]
+            look_train = units[units["key"].isin(other_keys) | ~units["key"].isin(fam_keys)]
+            if train_filter is not None:
+                pure_train = train_filter(pure_train, fold)
+                look_train = train_filter(look_train, fold)
+            if pure_train.empty:
+                continue
+            with warnings.catch_warnings():
+                if quiet:
+                    warnings.simplefilter("ignore")
+                pure = make().fit(pure_train)
+                look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
+                side = _side_records(records)
+                table = CostTable(pd.concat([look_train, side], ignore_index=True), model=look)
+            for name in sorted(held):
+                keys = [k for k in keys_of[name] if k in measured]
+                distinct = list(dict.fromkeys(keys))
+                if not distinct:
+                    continue
+                recs = units.set_index("key").loc[distinct].reset_index()
+                pred_pure = dict(zip(distinct, pure.predict(recs, target=kind)))
+                unseen = dict(zip(distinct, pure.unseen_ops(recs, target=kind)))
+                look_df = table.latencies(recs, kind)
+                pred_look = dict(zip(distinct, look_df["latency_us"]))
+                source = dict(zip(distinct, look_df["source"]))
+                meas = np.array([measured[k] for k in distinct])
+                pp = np.array([pred_pure[k] for k in distinct])
+                pl = np.array([pred_look[k] for k in distinct])
+                counts = pd.Series(keys).value_counts()
+                row = dict(target=kind, model=name, family=fam, kernels=len(keys), distinct=len(distinct),
+                           train_records=len(pure_train),
+                           mape=float(np.mean(_ape(pp, meas))), mdape=float(np.median(_ape(pp, meas))),
+                           spearman=_spearman(pp, meas),
+                           lookup_measured=int(sum(source[k] == MEASURED for k in distinct)),
+                           lookup_mape=float(np.mean(_ape(pl, meas))), lookup_mdape=float(np.median(_ape(pl, meas))),
+                           lookup_spearman=_spearman(pl, meas),
+                           unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)))
+                if name in runs.index:
+                    e2e = float(runs.loc[name, "median_us"])
+                    oracle = end_to_end_us(table, measured, keys, label)
+                    e2e_pure = end_to_end_us(table, pred_pure, keys, label)
+                    e2e_look = end_to_end_us(table, pred_look, keys, label)
+                    row.update(e2e_measured_us=e2e, e2e_oracle_us=oracle, e2e_pure_us=e2e_pure,
+                               e2e_lookup_us=e2e_look, e2e_oracle_err=oracle / e2e - 1,
+                               e2e_pure_err=e2e_pure / e2e - 1, e2e_lookup_err=e2e_look / e2e - 1,
+                               e2e_pure_vs_oracle_err=e2e_pure / oracle - 1)
+                model_rows.append(row)
+                by_key = units.set_index("key")
+                for k in distinct:
+                    rec = by_key.loc[k]
+                    unit_rows.append(dict(
+                        target=kind, model=name, family=fam, key=k, func_name=rec["func_name"],
+                        anchor_op=rec["anchor_op"], op_class=op_class(rec["anchor_op"]), count=int(counts[k]),
+                        measured_us=measured[k], pure_us=pred_pure[k], lookup_us=pred_look[k], source=source[k],
+                        unseen_ops=",".join(unseen[k]), pure_ape=abs(pred_pure[k] / measured[k] - 1)))
+    return {"models": pd.DataFrame(model_rows), "units": pd.DataFrame(unit_rows)}
+
+
+def summarize(result: dict) -> pd.DataFrame:
+    """Pooled metrics per target: all held-out kernels together, and the worst / mean e2e errors."""
+    rows = []
+    units, models = result["units"], result["models"]
+    for kind, group in units.groupby("target"):
+        m = models[models["target"] == kind]
+        row = dict(target=kind, kernels=len(group), mape=float(group["pure_ape"].mean()),
+                   mdape=float(group["pure_ape"].median()),
+                   spearman=_spearman(group["pure_us"], group["measured_us"]),
+                   min_model_spearman=float(m["spearman"].min()))
+        for col in ("e2e_pure_err", "e2e_lookup_err", "e2e_oracle_err"):
+            if col in m:
+                row[f"max_abs_{col}"] = float(m[col].abs().max())
+                row[f"mean_abs_{col}"] = float(m[col].abs().mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def by_op_class(result: dict) -> pd.DataFrame:
+    """Where the error is: per target and anchor op class, pooled over held-out kernels.
+
+    ``time_share`` is the class's share of the held-out models' measured kernel time (kernels
+    weighted by launches); ``signed_time_err`` its predicted minus measured time over all kernel time.
+    """
+    units = result["units"]
+    if units.empty:
+        return pd.DataFrame()
+    rows = []
+    for kind, group in units.groupby("target"):
+        total = float((group["measured_us"] * group["count"]).sum())
+        for cls, g in group.groupby("op_class"):
+            meas = float((g["measured_us"] * g["count"]).sum())
+            pred = float((g["pure_us"] * g["count"]).sum())
+            rows.append(dict(target=kind, op_class=cls, kernels=len(g), mape=float(g["pure_ape"].mean()),
+                             mdape=float(g["pure_ape"].median()), spearman=_spearman(g["pure_us"], g["measured_us"]),
+                             time_share=meas / total, signed_time_err=(pred - meas) / total))
+    return pd.DataFrame(rows).sort_values(["target", "time_share"], ascending=[True, False])
+
+
+def learning_curve(records: pd.DataFrame, model="xgb", *, fractions=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0),
+                   repeats: int = 3, random_state: int = 0, target: str | None = None, **params) -> pd.DataFrame:
+    """Accuracy vs number of profiled records: leave-one-family-out with training subsampled.
+
+    Each fold's training records are subsampled to ``fraction`` of their number (at least 3),
+    ``repeats`` times with different seeds.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (target, fraction, repeat): mean training records over folds, pooled MdAPE,
+        MAPE and Spearman over held-out kernels, mean and max absolute e2e error (pure model).
+    """
+    rows = []
+    for fraction in fractions:
+        for rep in range(repeats if fraction < 1.0 else 1):
+            seed = random_state + 1000 * rep + int(fraction * 100)
+
+            def sub(df, fold, fraction=fraction, seed=seed):
+                n = max(3, int(round(fraction * len(df))))
+                return df.sample(n=min(n, len(df)), random_state=seed + fold)
+
+            res = leave_one_family_out(records, model, target=target, train_filter=sub, **params)
+            for _, s in summarize(res).iterrows():
+                m = res["models"][res["models"]["target"] == s["target"]]
+                rows.append(dict(target=s["target"], fraction=fraction, repeat=rep,
+                                 train_records=float(m["train_records"].mean()), mdape=s["mdape"], mape=s["mape"],
+                                 spearman=s["spearman"], min_model_spearman=s["min_model_spearman"],
+                                 mean_abs_e2e_err=s.get("mean_abs_e2e_pure_err", math.nan),
+                                 max_abs_e2e_err=s.get("max_abs_e2e_pure_err", math.nan)))
+    return pd.DataFrame(rows)

@@ -1,0 +1,111 @@
+"""Profiler: units, measurement in a worker, the append-only store, resume after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import pytest
+import tvm
+
+from autoplace import zoo
+from autoplace.profile import CorruptRecordWarning, ForeignProfileWarning, KernelTimer, ProfileStore, extract_units
+
+
+def test_units_cover_every_kernel_launch_and_dedupe_repeated_layers():
+    model = zoo.get("bert")  # two identical encoder layers
+    units = extract_units(model, "llvm")
+    keys = [u.key for u in units]
+    assert len(set(keys)) < len(keys)  # repeated layers share kernels
+    covered = [n for u in units for n in u.nodes]
+    assert len(covered) == len(set(covered))  # no op claimed by two kernels
+    assert all(u.target_kind == "llvm" for u in units)
+
+
+def test_store_roundtrip_detects_torn_and_altered_lines(tmp_path):
+    store = ProfileStore(str(tmp_path / "p"))
+    for i in range(3):
+        store.append(dict(kind="unit", key=f"k{i}", target="llvm", status="ok", median_us=float(i)))
+    path = tmp_path / "p" / "records.jsonl"
+    lines = path.read_text().splitlines()
+    altered = json.loads(lines[1])
+    altered["median_us"] = 999.0  # same CRC, other content: must not be trusted
+    lines[1] = json.dumps(altered, sort_keys=True, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n" + lines[2][: len(lines[2]) // 2])  # a torn last line
+    with pytest.warns(CorruptRecordWarning, match="skipped 2 corrupt line"):
+        df = store.records()
+    assert sorted(df["key"]) == ["k0", "k2"]
+    # Appending after a torn line starts a fresh line; the torn one stays skipped, never merged.
+    store.append(dict(kind="unit", key="k3", target="llvm", status="ok", median_us=3.0))
+    with pytest.warns(CorruptRecordWarning):
+        assert sorted(store.records()["key"]) == ["k0", "k2", "k3"]
+    assert ("unit", "k3", "llvm") in store.done()
+
+
+def test_foreign_records_are_left_out_unless_asked(tmp_path):
+    store = ProfileStore(str(tmp_path / "p"))
+    store.append(dict(kind="unit", key="mine", target="llvm", status="ok", median_us=1.0))
+    store.append(dict(kind="unit", key="theirs", target="llvm", status="ok", median_us=1.0,
+                      hardware_id="some-other-box-8c"))
+    with pytest.warns(ForeignProfileWarning, match="other hardware"):
+        assert list(store.records()["key"]) == ["mine"]
+    with pytest.warns(ForeignProfileWarning, match="included"):
+        assert sorted(store.records(allow_foreign=True)["key"]) == ["mine", "theirs"]
+
+
+def test_kernel_fails_on_one_target_and_not_the_other():
+    """A GPU-scheduled kernel (thread bindings) compiles for CUDA but not for the CPU: it is recorded as
+    unsupported on the CPU only. (CUDA kernels compile here with nvcc; running them needs a GPU.)"""
+    unit = extract_units(zoo.get("mlp"), {"kind": "cuda", "arch": "sm_90"})[1]
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+    with KernelTimer(compile_only=True) as timer:
+        on_cuda = timer.measure(unit, cuda)
+    unit.target_kind = "llvm"
+    with KernelTimer(repeat=2, min_repeat_ms=1) as timer:
+        on_cpu = timer.measure(unit, tvm.target.Target("llvm"))
+    assert on_cuda["status"] == "compiled"
+    assert on_cpu["status"] == "error" and "compile" in on_cpu["error"]
+
+
+JOB = textwrap.dedent(
+    """
+    import sys
+    from autoplace import zoo
+    from autoplace.profile import KernelTimer, ProfileStore, profile_models
+    store = ProfileStore(sys.argv[1])
+    timer = KernelTimer(repeat=2, min_repeat_ms=10)
+    profile_models([zoo.get("cnn"), zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False,
+                   end_to_end=False, timer=timer, progress=False)
+    """
+)
+
+
+def test_resume_after_kill_loses_nothing(tmp_path):
+    folder = str(tmp_path / "p")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    records = os.path.join(folder, "records.jsonl")
+    proc = subprocess.Popen([sys.executable, str(script), folder], start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if os.path.exists(records) and len(open(records).read().splitlines()) >= 4:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-job, maybe mid-write
+    proc.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptRecordWarning)
+        before = ProfileStore(folder).records()
+    assert 4 <= len(before)
+    subprocess.run([sys.executable, str(script), folder], check=True, timeout=600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptRecordWarning)
+        after = ProfileStore(folder).records()
+    expected = {u.key for m in ("cnn", "mlp") for u in extract_units(zoo.get(m), "llvm")}
+    assert set(after["key"]) == expected  # every kernel measured
+    assert len(after) == len(expected)  # none measured twice
+    assert set(before["key"]) <= set(after["key"])  # nothing that was on disk got lost
