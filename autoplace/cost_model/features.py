@@ -232,7 +232,8 @@ def stream_lines(dims, elem_bytes: int, *, limit: int = 1 << 15) -> np.ndarray:
 
 def _stream_features(dims, elem_bytes: int) -> dict:
     """``mem_*`` features of the innermost strided stream (see the module notes)."""
-    feats = {"mem_lines": 0.0, "mem_stride": 0.0, "mem_stride_pow2": 0.0, "mem_l1_over": 0.0, "mem_l2_over": 0.0}
+    feats = {"mem_lines": 0.0, "mem_stride": 0.0, "mem_stride_pow2": 0.0, "mem_l1_over": 0.0, "mem_l2_over": 0.0,
+             "mem_pages": 0.0, "mem_level": 0.0}
     dims = [(int(s), int(e)) for s, e in dims if int(e) > 1]
     if not dims:
         return feats
@@ -241,9 +242,15 @@ def _stream_features(dims, elem_bytes: int) -> dict:
     feats["mem_lines"] = _log2(lines.size)
     feats["mem_stride"] = _log2(stride_bytes)
     feats["mem_stride_pow2"] = float(min(20, (stride_bytes & -stride_bytes).bit_length() - 1)) if stride_bytes else 0.0
-    for name, _line, sets, ways in CACHE_LEVELS:
+    level = 0
+    for i, (name, _line, sets, ways) in enumerate(CACHE_LEVELS):
         per_set = np.bincount(lines % sets, minlength=sets)
         feats[f"mem_{name}_over"] = math.log2(max(1.0, per_set.max() / ways))
+        if per_set.max() > ways:
+            level = i + 1
+    # 4 KiB pages the stream touches (a hardware prefetcher does not cross pages).
+    feats["mem_pages"] = _log2(np.unique(lines * CACHE_LEVELS[0][1] // 4096).size)
+    feats["mem_level"] = float(level)
     return feats
 
 
@@ -392,7 +399,7 @@ def feature_names() -> list[str]:
     names += [f"cls_{c}" for c in OP_CLASSES]
     names += [f"anchor_cls_{c}" for c in OP_CLASSES]
     names += list(_GEOMETRY_FEATURES)
-    names += ["mem_lines", "mem_stride", "mem_stride_pow2", "mem_l1_over", "mem_l2_over"]
+    names += ["mem_lines", "mem_stride", "mem_stride_pow2", "mem_l1_over", "mem_l2_over", "mem_pages", "mem_level"]
     return names
 
 

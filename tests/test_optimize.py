@@ -1,0 +1,108 @@
+"""optimize(): plans from the committed CPU profile build, run, match, and honour pins and caps."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import autoplace
+from autoplace import zoo
+from autoplace.optimizer import CostError
+from autoplace.solve import InfeasiblePlacementError, PlacementError
+from conftest import assert_outputs_close
+
+TWO = {"cpu0": "llvm", "cpu1": "llvm"}
+THREE = {"cpu0": "llvm", "cpu1": "llvm", "cpu2": "llvm"}
+
+
+@pytest.mark.parametrize("name", zoo.ZOO)
+def test_optimized_plan_builds_runs_and_matches(name, zoo_models, reference_outputs):
+    result = autoplace.optimize(zoo_models[name], None, TWO)
+    assert result.plan.status == "optimal"
+    inputs, expected = reference_outputs[name]
+    assert_outputs_close(result.run(*inputs), expected)
+    # Every op of the model is placed, and ops of one kernel share a device.
+    ops = [n for n, d in result.placement.graph.nodes(data=True) if d["kind"] == "op"]
+    assert set(ops) <= set(result.assignment)
+    for members in result.view.members.values():
+        assert len({result.assignment[m] for m in members}) == 1
+    # Predicted cost is the plan's objective, and it is positive and finite.
+    assert 0 < result.predicted_us < float("inf")
+
+
+def test_memory_cap_forces_a_mixed_plan_that_still_matches(zoo_models, reference_outputs):
+    model = zoo_models["cnn"]
+    free = autoplace.optimize(model, None, TWO)
+    cap = int(0.5 * free.problem.footprint_bytes.sum())
+    capped = autoplace.optimize(model, None, TWO, memory_bytes={"cpu0": cap})
+    used = capped.plan.per_target()
+    assert used["cpu0"]["memory_bytes"] <= cap
+    assert {capped.assignment[n] for n in capped.view.members} == {"cpu0", "cpu1"}
+    assert capped.predicted_us >= free.predicted_us - 1e-9  # a constraint never helps
+    inputs, expected = reference_outputs["cnn"]
+    assert_outputs_close(capped.run(*inputs), expected)
+
+
+def test_three_devices_and_pins(zoo_models, reference_outputs):
+    model = zoo_models["inception"]
+    result = autoplace.optimize(model, None, THREE, pins={"relax.nn.conv2d#0": "cpu2", "relax.concat": "cpu1"})
+    conv0 = autoplace.graph.select_nodes(result.placement.graph, "relax.nn.conv2d#0")[0]
+    assert result.assignment[conv0] == "cpu2"
+    for node in autoplace.graph.select_nodes(result.placement.graph, "relax.concat"):
+        assert result.assignment[node] == "cpu1"
+    inputs, expected = reference_outputs["inception"]
+    assert_outputs_close(result.run(*inputs), expected)
+
+
+def test_memory_cap_nothing_fits_names_the_knob(zoo_models):
+    with pytest.raises(InfeasiblePlacementError, match="memory"):
+        autoplace.optimize(zoo_models["mlp"], None, TWO, memory_bytes={"cpu0": 10, "cpu1": 10})
+
+
+def test_contradictory_pins_in_one_kernel(zoo_models):
+    graph = autoplace.op_graph(zoo_models["mlp"])
+    matmul = autoplace.graph.select_nodes(graph, "relax.matmul#0")[0]
+    relu = autoplace.graph.select_nodes(graph, "relax.nn.relu#0")[0]
+    with pytest.raises(PlacementError, match="contradictory pins"):
+        autoplace.optimize(zoo_models["mlp"], None, TWO, pins={matmul: "cpu0", relu: "cpu1"})
+
+
+def test_target_without_profile_or_cost_model(zoo_models, tmp_path):
+    with pytest.raises(CostError, match="no profile measures target kind 'cuda'.*autoplace profile"):
+        autoplace.optimize(zoo_models["mlp"], None, {"cpu": "llvm", "gpu": "cuda"})
+
+
+def test_compare_table_has_every_plan_and_checks_numbers(zoo_models):
+    table = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=1, repeat=2,
+                              manual={"split": {"relax.add#1": "cpu1"}})
+    assert {"autoplace", "all:cpu0", "all:cpu1", "greedy", "manual:split"} <= set(table.index)
+    assert (table["measured_median_us"] > 0).all()
+    assert table.loc["manual:split", "copies"] >= 2
+    # The optimum is never predicted worse than a baseline.
+    assert table.loc["autoplace", "predicted_us"] <= table["predicted_us"].min() + 1e-9
+
+
+def test_cli_optimize_show_and_help(tmp_path):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "autoplace", "optimize", "--zoo", "seed003", "--targets", json.dumps(TWO),
+         "--pin", "relax.add#1=cpu1", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    for suffix in (".placed.py", ".result.json", ".png"):
+        assert (out / f"seed003{suffix}").exists()
+    assert "R.to_vdevice" in (out / "seed003.placed.py").read_text()
+    show = subprocess.run([sys.executable, "-m", "autoplace", "show", str(out / "seed003.result.json"),
+                           "--out", str(tmp_path / "again.png")], capture_output=True, text=True, env=env)
+    assert show.returncode == 0, show.stderr and (tmp_path / "again.png").exists()
+    helptext = subprocess.run([sys.executable, "-m", "autoplace", "optimize", "--help"], capture_output=True,
+                              text=True).stdout
+    assert "examples:" in helptext and "--memory" in helptext
+    bad = subprocess.run([sys.executable, "-m", "autoplace", "optimize", "--zoo", "seed003", "--targets",
+                          '{"cpu": "rocm"}'], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "unknown target kind 'rocm'" in bad.stderr and "Traceback" not in bad.stderr
