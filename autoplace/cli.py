@@ -31,6 +31,10 @@ EXAMPLES = {
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
   autoplace profile model.onnx module.py --out profiles            # ONNX / TVMScript files
+  # a GPU box without TVM's compiler: build here, run there, merge back
+  autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --bundle gpu_bundle
+  python gpu_bundle/runner.py gpu_bundle                           # on the GPU box (TVM runtime only)
+  autoplace profile --merge gpu_bundle/records.jsonl               # back here: into profiles/<its id>/
 """,
 }
 
@@ -55,7 +59,7 @@ def _models(args) -> list:
         models.append((spec, zoo.parse(spec)))
     for path in getattr(args, "models", None) or []:
         models.append((os.path.splitext(os.path.basename(path))[0], load_model(path)))
-    if not models:
+    if not models and not getattr(args, "merge", None):
         raise SystemExit("no model given: name zoo models with --zoo (e.g. --zoo cnn) or pass model files")
     return models
 
@@ -63,6 +67,18 @@ def _models(args) -> list:
 def cmd_profile(args) -> int:
     from .profile import KernelTimer, ProfileStore, default_profile_dir, profile_models
 
+    if args.merge:
+        from .profile.remote import merge_records
+
+        merge_records(args.merge, args.out)
+        return 0
+    if args.bundle:
+        from .profile.remote import build_bundle
+
+        build_bundle(_models(args), _targets(args.targets), args.bundle)
+        print(f"next, on the device machine (TVM runtime only): python {args.bundle}/runner.py {args.bundle}\n"
+              f"then here: autoplace profile --merge {args.bundle}/records.jsonl")
+        return 0
     store = ProfileStore(args.dir or default_profile_dir(args.out))
     print(f"profiling into {store.path}")
     timer = KernelTimer(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
@@ -201,6 +217,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-repeat-ms", type=int, default=20)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel before it counts as failed")
     p.add_argument("--no-copies", action="store_true")
+    p.add_argument("--bundle", help="compile into this folder for another machine instead of measuring here")
+    p.add_argument("--merge", help="merge a records.jsonl written by a bundle's runner.py into --out")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_profile)
 

@@ -109,3 +109,20 @@ def test_resume_after_kill_loses_nothing(tmp_path):
     assert set(after["key"]) == expected  # every kernel measured
     assert len(after) == len(expected)  # none measured twice
     assert set(before["key"]) <= set(after["key"])  # nothing that was on disk got lost
+
+
+def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
+    """Build here, run with the bundle's standalone runner, merge: the CPU stands in for the device box."""
+    from autoplace.profile.remote import build_bundle, merge_records
+
+    bundle = tmp_path / "bundle"
+    manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096))
+    assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4
+    subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"],
+                   check=True, timeout=300, cwd=str(tmp_path))  # runs outside the repo: needs no autoplace
+    folder = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))
+    df = ProfileStore(folder).records()
+    assert set(df["kind"]) == {"unit", "copy", "copy_fit", "launch"}
+    assert (df["status"] == "ok").all()
+    again = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))  # idempotent
+    assert len(ProfileStore(again).records()) == len(df)

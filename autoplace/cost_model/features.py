@@ -78,6 +78,11 @@ for _cls, _names in {
     for _name in _names.split():
         _CLASS_OF[_name] = _cls
 
+#: Prior cost per output element of ops of these classes, in simple operations (an add costs 1): what
+#: the work term of a model adds for them (:func:`work`), so an op class no training record had is not
+#: priced like a copy. Rough instruction counts of exp/erf/tanh (and softmax's exp, max, sum, divide).
+EXTRA_WORK_PER_ELEMENT = {"transcendental": 20.0, "softmax": 12.0}
+
 #: Names TVM's legalization gives kernels (``fused_<name>N_llvm_...``) that differ from the Relax op.
 _ALIASES = {"transpose": "permute_dims", "cast": "astype", "concatenate": "concat", "gather": "gather_elements",
             "T": None}
@@ -462,6 +467,31 @@ def record_features(record: Mapping) -> dict:
     feats.update(geometry)
     feats.update(_stream_features(stream, eb))
     return feats
+
+
+def work(record: Mapping) -> float:
+    """Work of a unit, in simple operations (>= 1): its FLOP estimate (bytes / 4 where it has none) plus
+    :data:`EXTRA_WORK_PER_ELEMENT` per output element for each transcendental or softmax op it fuses.
+
+    The models predict time per unit of work on top of this term (see
+    :mod:`autoplace.cost_model.xgb_model`).
+    """
+    flops = _get(record, "flops", math.nan)
+    try:
+        flops = float(flops)
+    except (TypeError, ValueError):
+        flops = math.nan
+    shapes = _shapes(_get(record, "arg_shapes"))
+    if not math.isfinite(flops) or flops <= 0:
+        try:
+            flops = (float(_get(record, "bytes_in", 0)) + float(_get(record, "bytes_out", 0))) / 4.0
+        except (TypeError, ValueError):
+            flops = 1.0
+    n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
+    out_elems = sum(_prod(s) for s in shapes[len(shapes) - n_out:])
+    extra = sum(EXTRA_WORK_PER_ELEMENT.get(op_class(op), 0.0) for op in unit_ops(record))
+    total = flops + extra * out_elems
+    return max(1.0, total if math.isfinite(total) else 1.0)
 
 
 def features_from_unit(unit, graph=None, target_kind: str | None = None, model_name: str = "") -> dict:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .cost_model import CostModel
 from .features import op_class
-from .xgb_model import _work
+from .features import work as _work
 
 
 def _anchor_class(rec) -> str:

@@ -2,7 +2,8 @@
 
 The trees do not predict the log latency itself but its excess over a work term:
 ``log(latency_us) = log(work) + offset + trees(features)`` where ``work`` is the unit's FLOP
-estimate (data movement ops count one per element). Trees cannot extrapolate, and a held-out model
+estimate (data movement ops count one per element, transcendental ops more: see
+:func:`autoplace.cost_model.features.work`). Trees cannot extrapolate, and a held-out model
 often has kernels larger than any trained one; with the work term as the base margin the trees
 only learn the time per unit of work (which depends on op class, access pattern and cache fit,
 and stays in range), and a kernel twice the size predicts twice the time.
@@ -16,28 +17,11 @@ import numpy as np
 import pandas as pd
 
 from .cost_model import CostModel
-from .features import OP_CLASSES, feature_names, record_features, unit_ops
+from .features import feature_names, record_features, unit_ops
+from .features import work as _work
 
 #: Features whose growth can only slow a kernel down (per unit of work), with ``monotone=True``.
 MONOTONE = {"mem_l1_over": 1, "mem_l2_over": 1, "mem_level": 1}
-
-#: Features of the linear part of ``base_margin="linear"``: op class and cache overflow.
-LINEAR_FEATURES = tuple(f"anchor_cls_{c}" for c in OP_CLASSES) + (
-    "cls_transcendental", "mem_l1_over", "mem_l2_over", "size_intensity")
-
-
-def _work(rec) -> float:
-    """FLOP estimate of a record, or bytes/4 where it has none."""
-    try:
-        flops = float(rec["flops"])
-    except (KeyError, TypeError, ValueError, IndexError):
-        flops = math.nan
-    if not math.isfinite(flops) or flops <= 0:
-        try:
-            flops = (float(rec["bytes_in"]) + float(rec["bytes_out"])) / 4.0
-        except (KeyError, TypeError, ValueError, IndexError):
-            flops = 1.0
-    return max(1.0, flops if math.isfinite(flops) else 1.0)
 
 
 class XGBCostModel(CostModel):
@@ -95,7 +79,7 @@ class XGBCostModel(CostModel):
     def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 4,
                  min_child_weight: float = 1.0, subsample: float = 0.8, colsample_bytree: float = 0.8,
                  reg_lambda: float = 1.0, base_margin: str | None = "work", op_features: bool = False,
-                 linear_alpha: float = 1.0, monotone: bool = False, drop_features: tuple = (),
+                 num_parallel_tree: int = 1, monotone: bool = False, drop_features: tuple = (),
                  random_state: int = 0, n_jobs: int = 1):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -106,7 +90,7 @@ class XGBCostModel(CostModel):
         self.reg_lambda = reg_lambda
         self.base_margin = base_margin
         self.op_features = op_features
-        self.linear_alpha = linear_alpha
+        self.num_parallel_tree = num_parallel_tree
         self.monotone = monotone
         self.drop_features = drop_features
         self.random_state = random_state
@@ -129,61 +113,12 @@ class XGBCostModel(CostModel):
             x[i] = [feats.get(n, np.nan) for n in names]
         return x
 
-    def _analytic_design(self, recs: list, x: np.ndarray) -> np.ndarray:
-        """Per record: iterations x [one-hot anchor class..., L1-miss, L2-miss, log2 L2 overflow]."""
-        col = {n: i for i, n in enumerate(self.feature_names_)}
-        iters = np.array([_work(r) for r in recs])
-        cls = np.nan_to_num(x[:, [col[f"anchor_cls_{c}"] for c in OP_CLASSES]].astype(float))
-        per_iter = np.where(cls[:, OP_CLASSES.index("matmul")] + cls[:, OP_CLASSES.index("conv")] > 0, 2.0, 1.0)
-        iters = iters / per_iter
-        level = np.nan_to_num(x[:, col["mem_level"]].astype(float)) if "mem_level" in col else np.zeros(len(recs))
-        over = np.nan_to_num(x[:, col["mem_l2_over"]].astype(float)) if "mem_l2_over" in col else np.zeros(len(recs))
-        mem = np.stack([level >= 1, level >= 2, over], axis=1).astype(float)
-        return iters[:, None] * np.concatenate([cls, mem], axis=1) * 1e-3
-
-    def _fit_analytic(self, recs: list, x: np.ndarray, y_us: np.ndarray) -> None:
-        from scipy.optimize import nnls
-
-        a = self._analytic_design(recs, x)
-        coef, _ = nnls(a / y_us[:, None], np.ones(len(y_us)))
-        k = len(OP_CLASSES)
-        seen = a[:, :k].sum(axis=0) > 0
-        if seen.any():  # classes without training records take the mean of the seen ones
-            coef[:k][~seen] = coef[:k][seen].mean()
-        self.analytic_coef_ = coef.tolist()
-
-    def _margin(self, recs: list, x: np.ndarray | None = None) -> np.ndarray:
+    def _margin(self, recs: list) -> np.ndarray:
         if self.base_margin is None:
             return np.full(len(recs), self.offset_)
-        if self.base_margin == "analytic":
-            pred = self._analytic_design(recs, x) @ np.asarray(self.analytic_coef_)
-            return np.log(np.maximum(pred, 1e-3)) + self.offset_
-        if self.base_margin not in ("work", "linear"):
-            raise ValueError(f"base_margin must be 'work', 'linear', 'analytic' or None, not {self.base_margin!r}")
-        margin = np.array([math.log(_work(r)) for r in recs]) + self.offset_
-        if self.base_margin == "linear" and self.linear_coef_:
-            margin = margin + self._linear_design(x) @ np.asarray(self.linear_coef_)
-        return margin
-
-    def _linear_design(self, x: np.ndarray) -> np.ndarray:
-        cols = [self.feature_names_.index(n) for n in self.linear_features_]
-        z = np.nan_to_num(x[:, cols].astype(float), nan=0.0)
-        return (z - np.asarray(self.linear_mean_)) / np.asarray(self.linear_scale_)
-
-    def _fit_linear(self, x: np.ndarray, resid: np.ndarray) -> None:
-        """Ridge regression of log time per work on a few physical features (can extrapolate)."""
-        self.linear_features_ = [n for n in LINEAR_FEATURES if n in self.feature_names_]
-        self.linear_coef_, self.linear_mean_, self.linear_scale_ = [], [], []
-        if self.base_margin != "linear" or not self.linear_features_:
-            return
-        cols = [self.feature_names_.index(n) for n in self.linear_features_]
-        z = np.nan_to_num(x[:, cols].astype(float), nan=0.0)
-        mean, scale = z.mean(axis=0), z.std(axis=0)
-        scale[scale == 0] = 1.0
-        self.linear_mean_, self.linear_scale_ = mean.tolist(), scale.tolist()
-        zs = (z - mean) / scale
-        a = zs.T @ zs + self.linear_alpha * len(z) / 100.0 * np.eye(zs.shape[1])
-        self.linear_coef_ = np.linalg.solve(a, zs.T @ resid).tolist()
+        if self.base_margin != "work":
+            raise ValueError(f"base_margin must be 'work' or None, not {self.base_margin!r}")
+        return np.log([_work(r) for r in recs]) + self.offset_
 
     # -- fitting -------------------------------------------------------------------------------------
     def _fit(self, units: pd.DataFrame) -> None:
@@ -197,23 +132,17 @@ class XGBCostModel(CostModel):
         targets = [str(t) for t in units["target"]]
         y = np.log(units["median_us"].to_numpy(dtype=float))
         x = self._matrix(recs, targets)
-        self.analytic_coef_ = []
-        if self.base_margin in ("work", "linear"):
+        if self.base_margin == "work":
             self.offset_ = float(np.mean(y - np.log([_work(r) for r in recs])))
-        elif self.base_margin == "analytic":
-            self._fit_analytic(recs, x, np.exp(y))
-            self.offset_ = 0.0
-            self.offset_ = float(np.mean(y - self._margin(recs, x)))
         else:
             self.offset_ = float(np.mean(y))
-        self.linear_coef_ = []
-        self._fit_linear(x, y - self._margin(recs, x))
-        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs, x), feature_names=self._xgb_names())
+        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs), feature_names=self._xgb_names())
         params = {
             "objective": "reg:squarederror", "eta": self.learning_rate, "max_depth": self.max_depth,
             "min_child_weight": self.min_child_weight, "subsample": self.subsample,
             "colsample_bytree": self.colsample_bytree, "lambda": self.reg_lambda, "seed": self.random_state,
             "nthread": self.n_jobs, "tree_method": "exact", "base_score": 0.0,
+            "num_parallel_tree": self.num_parallel_tree,
         }
         if self.monotone:
             params["monotone_constraints"] = "(" + ",".join(
@@ -228,7 +157,7 @@ class XGBCostModel(CostModel):
         import xgboost as xgb
 
         x = self._matrix(recs, targets)
-        dmat = xgb.DMatrix(x, base_margin=self._margin(recs, x), feature_names=self._xgb_names())
+        dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
         return self.booster_.predict(dmat, output_margin=True).astype(float)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
@@ -245,9 +174,6 @@ class XGBCostModel(CostModel):
         return {
             "feature_names": self.feature_names_,
             "offset": self.offset_,
-            "analytic": self.analytic_coef_,
-            "linear": {"features": self.linear_features_, "coef": self.linear_coef_, "mean": self.linear_mean_,
-                       "scale": self.linear_scale_},
             "booster": json.loads(bytes(self.booster_.save_raw(raw_format="json")).decode("utf-8")),
         }
 
@@ -259,10 +185,6 @@ class XGBCostModel(CostModel):
         self.feature_names_ = list(state["feature_names"])
         self.ops_ = [n[len("op:"):] for n in self.feature_names_ if n.startswith("op:")]
         self.offset_ = float(state["offset"])
-        self.analytic_coef_ = list(state["analytic"])
-        lin = state["linear"]
-        self.linear_features_, self.linear_coef_ = list(lin["features"]), list(lin["coef"])
-        self.linear_mean_, self.linear_scale_ = list(lin["mean"]), list(lin["scale"])
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
         self.booster_ = booster
