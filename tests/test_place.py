@@ -163,8 +163,13 @@ def test_cli_style_target_string_is_explained():
 
 
 def test_assignment_naming_missing_node():
-    with pytest.raises(autoplace.AssignmentError, match=r"'relax.nn.conv2d' names no node.*instance"):
-        autoplace.place(zoo.seed003(), None, {"relax.nn.conv2d": "cpu1"}, TWO)
+    with pytest.raises(autoplace.AssignmentError, match=r"'lv99' names no node.*instance"):
+        autoplace.place(zoo.seed003(), None, {"lv99": "cpu1"}, TWO)
+    with pytest.raises(autoplace.AssignmentError, match=r"'relax.nn.conv2d#3' names no node"):
+        autoplace.place(zoo.seed003(), None, {"relax.nn.conv2d#3": "cpu1"}, TWO)
+    # A per-op-type policy for an op the model does not use is fine (one dict for many models).
+    placement = autoplace.place(zoo.seed003(), None, {"relax.nn.conv2d": "cpu1"}, TWO)
+    assert set(placement.assignment.values()) == {"cpu0"}
 
 
 def test_assignment_naming_missing_target():

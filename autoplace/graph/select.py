@@ -24,6 +24,18 @@ def select_nodes(graph: nx.DiGraph, key: str) -> list[str]:
     return ops
 
 
+def _is_op_name(key: str) -> bool:
+    import tvm
+
+    if "#" in key or not key.startswith("relax."):
+        return False
+    try:
+        tvm.ir.Op.get(key)
+        return True
+    except Exception:  # noqa: BLE001 - TVM raises its own error for unknown ops
+        return False
+
+
 def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, target_names, default: str):
     """Expand a user assignment into ``{node: target}`` for every op, input and output node.
 
@@ -31,10 +43,13 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
     so ``{"relax.nn.conv2d": "gpu", "relax.nn.conv2d#0": "cpu"}`` puts every conv2d but the first on
     the GPU. Nodes no key names go to ``default``.
 
+    A full op name (``"relax.nn.conv2d"``) of an op this model does not use matches nothing, so one
+    per-op-type policy serves many models.
+
     Raises
     ------
     AssignmentError
-        A key that names no node, or a value that names no target.
+        A key that names no node (and is no Relax op name), or a value that names no target.
     """
     target_names = list(target_names)
     assignment = dict(assignment or {})
@@ -52,6 +67,8 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
                 f"assignment {key!r} -> {target!r}: no target named {target!r}; the targets are {target_names}"
             )
         nodes = select_nodes(graph, key)
+        if not nodes and _is_op_name(key):
+            continue  # a per-op-type policy ("relax.nn.conv2d": "gpu") for an op this model does not use
         if not nodes:
             ops = sorted({d["op"] for _, d in graph.nodes(data=True) if d.get("kind") == "op"})
             raise AssignmentError(
