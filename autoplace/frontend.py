@@ -174,11 +174,22 @@ def _load_path(path: str, params, name):
             raise ModelError(f"{path} is not a readable ONNX file: {err}") from None
         mod, params = _from_onnx(proto, path)
         return normalize(mod, params, name=name or base)
-    source = open(path, encoding="utf-8").read()
+    import runpy
+
+    from tvm.script import ir as I  # noqa: N812 - the names TVMScript uses
+    from tvm.script import relax as R  # noqa: N812
+    from tvm.script import tirx as T  # noqa: N812
+
     try:
-        mod = tvm.script.from_source(source)
-    except Exception as err:
-        raise ModelError(f"{path}: cannot parse TVMScript: {str(err).strip().splitlines()[-1]}") from None
+        # A .py file, or TVMScript as printed by mod.script() (its imports are comments: give the names).
+        namespace = runpy.run_path(path, init_globals={"I": I, "R": R, "T": T, "tvm": tvm})
+    except Exception as err:  # noqa: BLE001 - any error in the user's file
+        raise ModelError(f"{path}: cannot run it as TVMScript/Python: {type(err).__name__}: {err}") from None
+    modules = [v for k, v in namespace.items() if isinstance(v, tvm.IRModule) and not k.startswith("_")]
+    if not modules:
+        raise ModelError(f"{path} defines no IRModule: decorate a class with @I.ir_module (or assign one)")
+    mod = next((v for k, v in namespace.items() if k in ("Module", "mod") and isinstance(v, tvm.IRModule)),
+               modules[0])
     return normalize(mod, params, name=name or base)
 
 
