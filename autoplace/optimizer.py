@@ -213,7 +213,23 @@ class OptimizeResult:
     def _repr_html_(self) -> str:
         head = (f"<b>{self.placement.model.name}</b>: predicted <b>{self.predicted_us:.1f} us</b> "
                 f"({self.plan.status}, gap {self.plan.gap:.2%}, solved in {self.plan.solve_time_s:.3f} s)")
-        return head + self.summary().to_html(float_format=lambda v: f"{v:.1f}")
+        html = head + self.summary().to_html(float_format=lambda v: f"{v:.1f}")
+        try:
+            import base64
+            import io
+
+            from .show import render_plan
+
+            buffer = io.BytesIO()
+            figure = render_plan(self)
+            figure.savefig(buffer, format="png", dpi=90)
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+            html += f'<img src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}"/>'
+        except ImportError:  # matplotlib is an optional extra
+            pass
+        return html
 
 
 def default_profiles_root() -> str:

@@ -14,15 +14,60 @@ PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
 
 
 def _layout(graph: nx.DiGraph) -> dict:
+    """x: longest path from the inputs; nodes that read no activation (weight preparation) sit just
+    before their first consumer; y: spread within each column."""
+    x = {}
+    for node in nx.topological_sort(graph):
+        preds = list(graph.predecessors(node))
+        x[node] = max((x[p] + 1 for p in preds), default=0)
+    for node in reversed(list(nx.topological_sort(graph))):
+        if graph.in_degree(node) == 0 and graph.nodes[node].get("kind") != "input":
+            succ = [x[s] for s in graph.successors(node)]
+            if succ:
+                x[node] = max(0, min(succ) - 1)
+    columns: dict = {}
+    for node in sorted(graph, key=str):
+        columns.setdefault(x[node], []).append(node)
     pos = {}
-    for x, generation in enumerate(nx.topological_generations(graph)):
-        generation = sorted(generation, key=str)
-        for y, node in enumerate(generation):
-            pos[node] = (x, y - (len(generation) - 1) / 2)
+    for col, nodes in columns.items():
+        for y, node in enumerate(nodes):
+            pos[node] = (col, y - (len(nodes) - 1) / 2)
     return pos
 
 
-def render_plan(result, path: str | None = None, *, labels: int = 8, title: str | None = None):
+def fold_chains(graph: nx.DiGraph, assignment: dict) -> tuple[nx.DiGraph, dict]:
+    """Contract every chain of kernels on one device (each with one producer and one consumer) into a
+    single node that carries the chain's summed latency and length: a 12-layer encoder becomes a
+    readable band of blocks instead of hundreds of dots. Returns the folded graph and its assignment."""
+    folded = graph.copy()
+    where = dict(assignment)
+    changed = True
+    while changed:
+        changed = False
+        for u in list(nx.topological_sort(folded)):
+            if u not in folded or folded.out_degree(u) != 1:
+                continue
+            (v,) = folded.successors(u)
+            if folded.in_degree(v) != 1 or where.get(u) != where.get(v):
+                continue
+            if folded.nodes[v].get("kind") in ("input", "output") or folded.nodes[u].get("kind") in ("input", "output"):
+                continue
+            du, dv = folded.nodes[u], folded.nodes[v]
+            merged = dict(dv)
+            merged["latency_us"] = {t: (du.get("latency_us") or {}).get(t, 0.0) + (dv.get("latency_us") or {}).get(t, 0.0)
+                                    for t in set(du.get("latency_us") or {}) | set(dv.get("latency_us") or {})}
+            merged["ops"] = list(du.get("ops") or [u]) + list(dv.get("ops") or [v])
+            merged["folded"] = du.get("folded", 1) + dv.get("folded", 1)
+            for p in list(folded.predecessors(u)):
+                folded.add_edge(p, v, **folded.edges[p, u])
+            folded.remove_node(u)
+            folded.nodes[v].update(merged)
+            changed = True
+    return folded, {n: where.get(n) for n in folded}
+
+
+def render_plan(result, path: str | None = None, *, labels: int = 8, title: str | None = None,
+                fold: bool | None = None):
     """Draw an :class:`~autoplace.optimizer.OptimizeResult` (or anything with ``view``, ``plan``,
     ``targets``); save to ``path`` (``.png``/``.svg``) if given; return the matplotlib figure."""
     import matplotlib
@@ -33,6 +78,8 @@ def render_plan(result, path: str | None = None, *, labels: int = 8, title: str 
 
     graph = result.view.graph
     assignment = result.plan.assignment
+    if fold or (fold is None and graph.number_of_nodes() > 60):
+        graph, assignment = fold_chains(graph, assignment)
     targets = list(result.targets)
     colour = {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(targets)}
     pos = _layout(graph)
@@ -59,13 +106,22 @@ def render_plan(result, path: str | None = None, *, labels: int = 8, title: str 
     colours = [colour.get(assignment.get(n), "#999999") for n in graph.nodes]
     nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=sizes, node_color=colours, linewidths=0.5,
                            edgecolors="black")
-    top = sorted(latency, key=latency.get, reverse=True)[:labels]
+    top, used_x = [], []
+    for n in sorted(latency, key=latency.get, reverse=True):  # the costliest kernels, not crowded together
+        if len(top) >= labels:
+            break
+        if all(abs(pos[n][0] - x) > 2 for x in used_x):
+            top.append(n)
+            used_x.append(pos[n][0])
     names = {}
     for n in top:
         ops = graph.nodes[n].get("ops") or [n]
-        short = max(ops, key=len).replace("relax.", "").replace("nn.", "")
-        names[n] = f"{short}\n{latency[n]:.0f} us"
-    nx.draw_networkx_labels(graph, pos, labels=names, ax=ax, font_size=7)
+        heavy = [o for o in ops if any(k in o for k in ("matmul", "conv", "softmax", "norm", "pool"))] or ops
+        short = max(heavy, key=len).replace("relax.", "").replace("nn.", "")
+        count = graph.nodes[n].get("folded", 1)
+        names[n] = f"{short}{f' +{count - 1} kernels' if count > 1 else ''}\n{latency[n]:.0f} us"
+    label_pos = {n: (pos[n][0], pos[n][1] + 0.35) for n in names}
+    nx.draw_networkx_labels(graph, label_pos, labels=names, ax=ax, font_size=7, verticalalignment="bottom")
     handles = [Line2D([0], [0], marker="o", color="w", markerfacecolor=colour[t], markersize=9, label=t)
                for t in targets]
     handles.append(Line2D([0], [0], color="#D62728", linestyle="--", label="copy (width ~ log bytes)"))

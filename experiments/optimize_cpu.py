@@ -16,6 +16,7 @@ import os
 import pandas as pd
 
 import autoplace
+import autoplace.solve
 from autoplace import zoo
 
 TARGETS = {"cpu0": "llvm", "cpu1": "llvm"}
@@ -37,8 +38,15 @@ def main(argv=None):
         caps = None
         if args.cap is not None:
             free = autoplace.optimize(model, None, TARGETS)
-            caps = {"cpu0": int(args.cap * free.problem.footprint_bytes.sum())}
-        result = autoplace.optimize(model, None, TARGETS, memory_bytes=caps)
+            problem = free.problem
+            pinned_here = problem.footprint_bytes[problem.pinned == 0].sum()  # inputs/outputs live on cpu0
+            caps = {"cpu0": int(max(args.cap * problem.footprint_bytes.sum(), 1.1 * pinned_here))}
+        try:
+            result = autoplace.optimize(model, None, TARGETS, memory_bytes=caps)
+        except autoplace.solve.InfeasiblePlacementError as err:
+            print(f"\n== {model.name}: no placement fits the cap {caps}: {err}")
+            summary.append(dict(model=model.name, cap=True, status="infeasible"))
+            continue
         table = autoplace.compare(model, None, TARGETS, result=result, manual=MANUAL, rounds=args.rounds)
         with pd.option_context("display.width", 220, "display.max_colwidth", 30):
             print(f"\n== {model.name} ({'cap ' + str(caps) if caps else 'no cap'})")

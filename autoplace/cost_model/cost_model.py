@@ -174,8 +174,14 @@ class CostModel:
     @classmethod
     def from_dict(cls, data: dict):
         """The model a :meth:`to_dict` made (version-checked)."""
+        import inspect
+
         _check_versions(data)
-        model = cls(**data["params"])
+        params = dict(data["params"])
+        for name, par in inspect.signature(cls.__init__).parameters.items():
+            if isinstance(par.default, tuple) and isinstance(params.get(name), list):
+                params[name] = tuple(params[name])  # JSON has no tuples
+        model = cls(**params)
         model.hardware_id_ = data["hardware_id"]
         model.tvm_version_ = data["tvm_version"]
         model.target_kinds_ = list(data["target_kinds"])

@@ -79,7 +79,7 @@ class XGBCostModel(CostModel):
     def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 4,
                  min_child_weight: float = 1.0, subsample: float = 0.8, colsample_bytree: float = 0.8,
                  reg_lambda: float = 1.0, base_margin: str | None = "work", op_features: bool = False,
-                 num_parallel_tree: int = 1, monotone: bool = False, drop_features: tuple = (),
+                 num_parallel_tree: int = 1, monotone: bool = False, weight_by_time: float = 1.0, drop_features: tuple = (),
                  random_state: int = 0, n_jobs: int = 1):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -92,6 +92,7 @@ class XGBCostModel(CostModel):
         self.op_features = op_features
         self.num_parallel_tree = num_parallel_tree
         self.monotone = monotone
+        self.weight_by_time = weight_by_time
         self.drop_features = drop_features
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -136,7 +137,11 @@ class XGBCostModel(CostModel):
             self.offset_ = float(np.mean(y - np.log([_work(r) for r in recs])))
         else:
             self.offset_ = float(np.mean(y))
-        dtrain = xgb.DMatrix(x, label=y, base_margin=self._margin(recs), feature_names=self._xgb_names())
+        weight = None
+        if self.weight_by_time:
+            weight = (1.0 + np.maximum(y - np.log(1.0), 0.0)) ** self.weight_by_time
+        dtrain = xgb.DMatrix(x, label=y, weight=weight, base_margin=self._margin(recs),
+                             feature_names=self._xgb_names())
         params = {
             "objective": "reg:squarederror", "eta": self.learning_rate, "max_depth": self.max_depth,
             "min_child_weight": self.min_child_weight, "subsample": self.subsample,

@@ -1,0 +1,317 @@
+"""Cost model: features, fit/predict/save/load, lookup-first costs, evaluation, ``autoplace train``.
+
+Synthetic profiles keep these fast and independent of any profiling job; the committed CPU profile
+is used only where present.
+"""
+
+import json
+import math
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoplace.cost_model import (MEASURED, PREDICTED, PREDICTED_UNSEEN_OP, UNSUPPORTED, CostModelVersionError,
+                                  CostTable, RooflineCostModel, UnknownTargetError, XGBCostModel, create,
+                                  feature_names, features_from_unit, load, op_class, record_features)
+from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
+from autoplace.cost_model.features import ops_from_func_name, work
+from autoplace.profile import ForeignProfileWarning
+
+HW = "test-hw-2c"
+TVM = "0.27.0.post1"
+PROFILE = os.path.join(os.path.dirname(__file__), "..", "profiles", "amd-epyc-2c")
+FAST = dict(n_estimators=60, random_state=0)
+
+
+def _unit(key, model, ops, shapes, us, *, anchor_attrs=None, anchor_shapes=None, flops=None, status="ok",
+          target="llvm", func_name=None, hw=HW):
+    out_elems = math.prod(shapes[-1])
+    return dict(kind="unit", key=key, target=target, model=model, func_name=func_name or "_".join(o.split(".")[-1] for o in ops),
+                ops=ops, anchor_op=ops[0], anchor_attrs=anchor_attrs or {}, anchor_input_shapes=anchor_shapes or shapes[:-1],
+                arg_shapes=shapes, arg_dtypes=["float32"] * len(shapes), num_outputs=1,
+                flops=float(flops if flops is not None else out_elems), bytes_in=4 * sum(math.prod(s) for s in shapes[:-1]),
+                bytes_out=4 * out_elems, status=status, median_us=us if status == "ok" else None,
+                hardware_id=hw, tvm_version=TVM)
+
+
+def synthetic_records(hw=HW, seed=0) -> pd.DataFrame:
+    """Matmuls, convolutions, elementwise and layout kernels of five fake models (two families of two
+    sizes), with latencies from a simple law plus noise, and launch / copy records."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    models = {"alpha": 1, "alpha-base": 4, "beta": 2, "beta-base": 8, "gamma": 3}
+    for m, scale in models.items():
+        for i, n in enumerate([8 * scale, 16 * scale, 24 * scale]):
+            k = 2 * n
+            flops = 2.0 * n * n * k
+            rows.append(_unit(f"llvm-mm-{m}-{i}", m, ["relax.matmul", "relax.add"], [[n, k], [k, n], [n], [n, n]],
+                              flops * 3e-4 * rng.uniform(0.9, 1.1), anchor_shapes=[[n, k], [k, n]], flops=flops))
+            c, h = 4 * scale + i, 8 + 4 * i
+            wflops = 2.0 * c * c * 9 * h * h
+            rows.append(_unit(f"llvm-conv-{m}-{i}", m, ["relax.nn.conv2d", "relax.nn.relu"],
+                              [[1, c, h, h], [c, c, 3, 3], [1, c, h, h]], wflops * 2e-4 * rng.uniform(0.9, 1.1),
+                              anchor_attrs=dict(strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1,
+                                                data_layout="NCHW", kernel_layout="OIHW"),
+                              anchor_shapes=[[1, c, h, h], [c, c, 3, 3]], flops=wflops))
+            e = 256 * scale * (i + 1)
+            rows.append(_unit(f"llvm-add-{m}-{i}", m, ["relax.add", "relax.nn.relu"], [[e], [e], [e]],
+                              e * 1e-3 * rng.uniform(0.9, 1.1)))
+            rows.append(_unit(f"llvm-tr-{m}-{i}", m, ["relax.permute_dims"], [[n, k], [k, n]],
+                              n * k * 2e-3 * rng.uniform(0.9, 1.1), anchor_attrs={"axes": [1, 0]}))
+    rows.append(_unit("llvm-shared", "alpha", ["relax.reshape"], [[4, 4], [16]], 0.05))
+    rows.append(_unit("llvm-broken", "gamma", ["relax.nn.conv2d"], [[1, 3, 8, 8], [3, 3, 3, 3], [1, 3, 8, 8]], None,
+                      status="error"))
+    for m in models:
+        keys = [r["key"] for r in rows if r.get("model") == m and r["status"] == "ok"]
+        if m == "beta":
+            keys.append("llvm-shared")  # a kernel beta shares with alpha
+        us = sum(r["median_us"] for r in rows if r["key"] in keys)
+        rows.append(dict(kind="model", key=m, target="llvm", status="ok", median_us=1.02 * us, unit_keys=keys,
+                         hardware_id=hw, tvm_version=TVM))
+    for label in ("llvm:0", "llvm:1"):
+        rows.append(dict(kind="launch", key="vm_call", target=label, status="ok", median_us=0.2,
+                         single_call_us=0.75, hardware_id=hw, tvm_version=TVM))
+    rows.append(dict(kind="copy_fit", key="fit", target="llvm:0->llvm:1", status="ok", alpha_us=0.6,
+                     us_per_byte=3e-5, hardware_id=hw, tvm_version=TVM))
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return synthetic_records()
+
+
+@pytest.fixture(scope="module")
+def model(records):
+    return XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)
+
+
+def _units(df):
+    return df[(df["kind"] == "unit") & (df["status"] == "ok")]
+
+
+# -- features ------------------------------------------------------------------------------------------
+def test_features_have_every_name_and_are_finite_or_nan(records):
+    names = feature_names()
+    for _, rec in _units(records).iterrows():
+        feats = record_features(rec)
+        assert list(feats) == names
+        assert all(isinstance(v, float) for v in feats.values())
+        assert all(np.isfinite(v) or np.isnan(v) for v in feats.values())
+
+
+def test_op_names_from_kernel_names_and_classes():
+    assert ops_from_func_name("fused_softmax_llvm_broadcast_to5_llvm") == ["relax.nn.softmax", "relax.broadcast_to"]
+    assert ops_from_func_name("fused_batch_norm1_add1_relu1") == ["relax.nn.batch_norm", "relax.add", "relax.nn.relu"]
+    assert ops_from_func_name("conv2d3") == ["relax.nn.conv2d"]
+    assert ops_from_func_name("transpose5_llvm") == ["relax.permute_dims"]
+    assert op_class("relax.nn.conv2d") == "conv" and op_class("relax.matmul") == "matmul"
+    assert op_class("relax.nn.gelu") == "transcendental" and op_class("relax.brand_new_op") == "other"
+
+
+def test_power_of_two_strides_overflow_the_cache_sets():
+    # Transposing a 128x128 float32 matrix reads down columns 512 bytes apart: 128 lines in 8 of the
+    # 64 L1 sets (8 ways each) -> 2x overflow; 120x120 (480 bytes apart) spreads over all sets.
+    def transpose(n):
+        return record_features(_unit("k", "m", ["relax.permute_dims"], [[n, n], [n, n]], 1.0,
+                                     anchor_attrs={"axes": [1, 0]}))
+    assert transpose(128)["mem_l1_over"] == pytest.approx(1.0)
+    assert transpose(120)["mem_l1_over"] == 0.0
+    assert transpose(64)["mem_l1_over"] == 0.0  # 64 lines fit in 8 sets x 8 ways
+
+
+def test_work_counts_transcendental_ops_higher():
+    add = _unit("a", "m", ["relax.add"], [[100], [100], [100]], 1.0)
+    gelu = _unit("g", "m", ["relax.nn.gelu"], [[100], [100]], 1.0)
+    assert work(add) == pytest.approx(100.0)
+    assert work(gelu) > 10 * work(add)
+
+
+# -- fit / predict / save / load -----------------------------------------------------------------------
+def test_fit_returns_self_and_predicts_positive_latencies(records):
+    est = XGBCostModel(**FAST)
+    assert est.fit(records, hardware_id=HW, tvm_version=TVM) is est
+    pred = est.predict(_units(records))
+    assert pred.shape == (len(_units(records)),)
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+    # In-sample the model follows the measurements closely (log error).
+    meas = _units(records)["median_us"].to_numpy(float)
+    assert np.median(np.abs(np.log(pred / meas))) < 0.2
+    assert est.target_kinds_ == ["llvm"] and est.hardware_id_ == HW and est.tvm_version_ == TVM
+
+
+@pytest.mark.parametrize("kind", ["xgb", "roofline"])
+def test_save_load_round_trip_gives_identical_predictions(records, tmp_path, kind):
+    est = create(kind, random_state=0).fit(records, hardware_id=HW, tvm_version=TVM)
+    path = est.save(str(tmp_path / "cost_model.json"))
+    again = load(path)
+    assert type(again) is type(est) and again.get_params() == est.get_params()
+    units = _units(records)
+    np.testing.assert_array_equal(again.predict(units), est.predict(units))
+    assert again.hardware_id_ == HW and again.target_kinds_ == ["llvm"]
+    data = json.load(open(path))
+    assert data["format_version"] >= 1 and data["hardware_id"] == HW and data["target_kinds"] == ["llvm"]
+
+
+def test_load_refuses_other_format_or_feature_versions(model, tmp_path):
+    path = model.save(str(tmp_path / "m.json"))
+    for field in ("format_version", "feature_version"):
+        data = json.load(open(path))
+        data[field] = 999
+        bad = tmp_path / f"bad_{field}.json"
+        bad.write_text(json.dumps(data))
+        with pytest.raises(CostModelVersionError, match="retrain"):
+            XGBCostModel.load(str(bad))
+    (tmp_path / "other.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(CostModelVersionError, match="not an autoplace cost model"):
+        load(str(tmp_path / "other.json"))
+
+
+def test_training_on_a_profile_from_other_hardware_warns(records):
+    with pytest.warns(ForeignProfileWarning, match="other-machine"):
+        XGBCostModel(**FAST).fit(records, hardware_id="other-machine", tvm_version=TVM)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ForeignProfileWarning)
+        XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)  # same hardware: silent
+    with pytest.warns(ForeignProfileWarning, match="TVM"):
+        XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version="0.1")
+
+
+def test_unseen_op_type_gets_a_finite_positive_flagged_prediction(model, records):
+    new = _unit("llvm-new", "user", ["relax.nn.brand_new_op"], [[64, 64], [64, 64]], None, status="ok")
+    pred = model.predict([new])
+    assert pred.shape == (1,) and np.isfinite(pred[0]) and pred[0] > 0
+    assert model.unseen_ops([new]) == [["relax.nn.brand_new_op"]]
+    table = CostTable(records, model=model)
+    latency, source = table.unit_latency_us(new, "llvm")
+    assert np.isfinite(latency) and latency > 0 and source == PREDICTED_UNSEEN_OP
+    # A record with almost nothing known still gets a finite, positive price.
+    bare = dict(key="x", target="llvm", ops=["relax.mystery"], arg_shapes=[[3], [3]])
+    assert np.isfinite(model.predict([bare])[0]) and model.predict([bare])[0] > 0
+
+
+def test_predicting_for_an_unprofiled_target_raises(model, records):
+    with pytest.raises(UnknownTargetError, match="cuda"):
+        model.predict(_units(records).head(2), target="cuda")
+
+
+# -- lookup-first costs ----------------------------------------------------------------------------
+def test_cost_table_measured_first_then_predicted(model, records):
+    table = CostTable(records, model=model)
+    units = _units(records)
+    rec = units.iloc[0]
+    assert table.unit_latency_us(rec, "llvm") == (float(rec["median_us"]), MEASURED)
+    novel = dict(rec)
+    novel["key"] = "llvm-never-measured"
+    latency, source = table.unit_latency_us(novel, "llvm")
+    assert source == PREDICTED and latency == pytest.approx(float(model.predict([novel])[0]))
+    broken = records[records["key"] == "llvm-broken"].iloc[0]
+    assert table.unit_latency_us(broken, "llvm") == (math.inf, UNSUPPORTED)
+    frame = table.latencies(units)
+    assert (frame["source"] == MEASURED).all()
+    np.testing.assert_allclose(frame["latency_us"], units["median_us"].astype(float))
+    with pytest.raises(KeyError, match="no cost model"):
+        CostTable(records).unit_latency_us(novel, "llvm")
+
+
+def test_cost_table_launch_and_copy_costs(records):
+    table = CostTable(records)
+    assert table.launch_us("llvm:0") == pytest.approx(0.2)
+    assert table.launch_us("llvm:7") == pytest.approx(0.2)  # same kind: mean of its devices
+    assert table.invoke_us("llvm:0") == pytest.approx(0.55)
+    with pytest.raises(KeyError):
+        table.launch_us("cuda:0")
+    assert table.launch_us("cuda:0", default=0.0) == 0.0
+    assert table.copy_cost("llvm:0", "llvm:1") == (0.6, 3e-5)
+    assert table.copy_cost("llvm:0", "llvm:0") == (0.0, 0.0)
+    assert table.copy_us("llvm:0", "llvm:1", 1e6) == pytest.approx(0.6 + 30.0)
+    assert table.copy_cost("llvm:2", "llvm:3") == (0.6, 3e-5)  # same kinds: fit of that kind pair
+    with pytest.raises(KeyError, match="llvm:0->cuda:0"):
+        table.copy_cost("llvm:0", "cuda:0")
+
+
+def test_cost_table_trains_a_named_model_and_loads_a_saved_one(records, model, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ForeignProfileWarning)
+        table = CostTable(records, model="roofline")
+    assert isinstance(table.model, RooflineCostModel)
+    path = model.save(str(tmp_path / "cm.json"))
+    assert isinstance(CostTable(records, model=path).model, XGBCostModel)
+
+
+# -- evaluation ----------------------------------------------------------------------------------------
+def test_family_groups_size_variants():
+    assert family("cnn-base") == family("cnn") == "cnn"
+    assert family("bert_base") == "bert" and family("seed003") == "seed003"
+
+
+def test_leave_one_family_out_holds_out_whole_families(records):
+    res = leave_one_family_out(records, "xgb", **FAST)
+    models = res["models"].set_index("model")
+    assert set(models.index) == {"alpha", "alpha-base", "beta", "beta-base", "gamma"}
+    units = _units(records)
+    # alpha and alpha-base are held out together: training never has any alpha-family kernel.
+    alpha_keys = set(units.loc[units["model"].map(family) == "alpha", "key"])
+    assert models.loc["alpha", "train_records"] == len(units) - len(alpha_keys)
+    # beta shares one kernel with alpha: lookup-first finds it measured.
+    assert models.loc["beta", "lookup_measured"] == 1
+    assert models["spearman"].min() > 0.8
+    assert np.all(np.isfinite(models["e2e_pure_err"]))
+    # The oracle uses measured kernels: 2% below the fake end-to-end records, plus call overheads.
+    assert models["e2e_oracle_err"].abs().max() < 0.03
+    pooled = summarize(res)
+    assert pooled.loc[0, "spearman"] > 0.9
+
+
+# -- Units from a real model, and ``autoplace train`` -----------------------------------------------------
+def test_features_from_a_real_unit_match_its_profile_record():
+    from autoplace import zoo
+    from autoplace.graph import op_graph
+    from autoplace.profile import extract_units
+    from autoplace.profile.job import unit_record
+
+    model = zoo.get("seed003")
+    graph = op_graph(model)
+    unit = extract_units(model, "llvm", graph=graph)[0]
+    rec = features_from_unit(unit, graph)
+    expected = unit_record(unit, graph, "", "llvm", {})
+    expected.pop("measured_at")
+    assert rec == expected
+    assert record_features(rec) == record_features(expected)
+    bare = features_from_unit(unit)  # without the graph: ops and shapes only
+    assert bare["key"] == unit.key and bare["ops"] == unit.ops
+    est = XGBCostModel(**FAST).fit(synthetic_records(), hardware_id=HW, tvm_version=TVM)
+    table = CostTable(synthetic_records(), model=est)
+    latency, source = table.unit_latency_us(unit, "llvm", graph=graph)
+    assert np.isfinite(latency) and latency > 0 and source in (PREDICTED, PREDICTED_UNSEEN_OP)
+
+
+def test_train_main_writes_the_model_next_to_the_profile(tmp_path, capsys):
+    from autoplace.cost_model.cli import train_main
+    from autoplace.profile import ProfileStore
+
+    meta = {"hardware_id": HW, "tvm_version": TVM, "cpu_model": "test", "cpu_cores": 2, "gpus": []}
+    store = ProfileStore(str(tmp_path / HW), metadata=meta)
+    for rec in synthetic_records().to_dict(orient="records"):
+        store.append({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
+    with pytest.warns(ForeignProfileWarning):  # a test profile is never this machine's
+        assert train_main(["--profile", store.path]) == 0
+    path = tmp_path / HW / "cost_model.json"
+    assert path.exists()
+    again = load(str(path))
+    assert again.hardware_id_ == HW and "saved to" in capsys.readouterr().out
+
+
+# -- the committed CPU profile, where present ------------------------------------------------------------
+@pytest.mark.skipif(not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile")
+def test_committed_cpu_profile_ranks_held_out_kernels():
+    from autoplace.profile import ProfileStore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = ProfileStore(PROFILE).records()
+        res = leave_one_family_out(records, "xgb", n_estimators=200, random_state=0)
+    assert summarize(res)["spearman"].min() > 0.9
