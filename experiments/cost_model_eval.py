@@ -33,8 +33,13 @@ import numpy as np
 import pandas as pd
 
 from autoplace.cost_model import XGBCostModel
-from autoplace.cost_model.evaluate import (by_op_class, learning_curve, leave_one_family_out, model_unit_keys,
-                                           summarize)
+from autoplace.cost_model.evaluate import (
+    by_op_class,
+    learning_curve,
+    leave_one_family_out,
+    model_unit_keys,
+    summarize,
+)
 from autoplace.profile import ProfileStore
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -73,13 +78,18 @@ def remeasure(records: pd.DataFrame, names, target: str = "llvm") -> pd.DataFram
         units = extract_units(model, targets["t"].target)
         rec = model_record(model, units, targets, "t", target)
         same = [u.key for u in units] == recorded.get(name)
-        rows.append(dict(target=target, model=name, e2e_fresh_us=rec.get("median_us", np.nan), same_kernels=same))
-        print(f"  re-measured {name}: {rec.get('median_us', float('nan')):.1f} us (kernels as profiled: {same})")
+        rows.append(
+            dict(target=target, model=name, e2e_fresh_us=rec.get("median_us", np.nan), same_kernels=same)
+        )
+        print(
+            f"  re-measured {name}: {rec.get('median_us', float('nan')):.1f} us (kernels as profiled: {same})"
+        )
     return pd.DataFrame(rows)
 
 
 def _md(df: pd.DataFrame) -> str:
     """A DataFrame as a Markdown table (floats to 3 decimals)."""
+
     def cell(v):
         if isinstance(v, (float, np.floating)):
             return "n/a" if not np.isfinite(v) else f"{v:.3f}"
@@ -116,7 +126,13 @@ def check(models: pd.DataFrame) -> dict:
             "spearman_ok": bool((ranked["spearman"] >= SPEARMAN_MIN).all()),
             "spearman_failing": ranked.loc[ranked["spearman"] < SPEARMAN_MIN, "model"].tolist(),
         }
-        for col in ("e2e_pure_err", "e2e_lookup_err", "e2e_oracle_err", "e2e_pure_vs_oracle_err", "e2e_fresh_err"):
+        for col in (
+            "e2e_pure_err",
+            "e2e_lookup_err",
+            "e2e_oracle_err",
+            "e2e_pure_vs_oracle_err",
+            "e2e_fresh_err",
+        ):
             if col in m:
                 bad = m.loc[m[col].abs() > E2E_MAX_ERR, "model"].tolist()
                 entry[f"{col}_within_20pct"] = int((m[col].abs() <= E2E_MAX_ERR).sum())
@@ -126,15 +142,42 @@ def check(models: pd.DataFrame) -> dict:
     return out
 
 
-def markdown(models: pd.DataFrame, summary: pd.DataFrame, classes: pd.DataFrame, curve: pd.DataFrame,
-             variants: pd.DataFrame) -> str:
-    lines = ["### Cost model: leave-one-model-family-out", "",
-             "Held out: a model together with its size variants (strict family split). *pure*: the model never "
-             "saw any kernel of the held-out family; *lookup*: kernels the held-out model shares with the "
-             "training models use their measurement. *oracle*: measured kernel latencies in the same end-to-end "
-             "sum (the error no cost model can remove).", ""]
-    cols = ["model", "distinct", "mape", "mdape", "spearman", "lookup_measured", "e2e_measured_us", "e2e_pure_err",
-            "e2e_lookup_err", "e2e_oracle_err", "e2e_pure_vs_oracle_err"]
+def markdown(
+    models: pd.DataFrame,
+    summary: pd.DataFrame,
+    classes: pd.DataFrame,
+    curve: pd.DataFrame,
+    variants: pd.DataFrame,
+) -> str:
+    lines = [
+        "### Cost model: leave-one-model-family-out",
+        "",
+        "Held out: a model together with its size variants (strict family split). *pure*: the model never "
+        "saw any kernel of the held-out family; *lookup*: kernels the held-out model shares with the "
+        "training models use their measurement. *oracle*: measured kernel latencies in the same end-to-end "
+        "sum (the error no cost model can remove).",
+        "",
+        "Errors are predicted / measured - 1. MAPE, MdAPE and Spearman are over the held-out model's "
+        "distinct kernels (pure model). `e2e_*_err` compare the predicted end-to-end latency (VM invocation "
+        "+ launches + kernels, see `autoplace.cost_model.evaluate.end_to_end_us`) with the profile's "
+        "`kind=\"model\"` record; `e2e_pure_vs_oracle_err` with the same sum over measured kernels; "
+        "`e2e_fresh_err` (with `--remeasure`) with a fresh end-to-end timing on the machine running the "
+        "script.",
+        "",
+    ]
+    cols = [
+        "model",
+        "distinct",
+        "mape",
+        "mdape",
+        "spearman",
+        "lookup_measured",
+        "e2e_measured_us",
+        "e2e_pure_err",
+        "e2e_lookup_err",
+        "e2e_oracle_err",
+        "e2e_pure_vs_oracle_err",
+    ]
     if "e2e_fresh_err" in models:
         cols.append("e2e_fresh_err")
     for target, m in models.groupby("target"):
@@ -157,26 +200,45 @@ def markdown(models: pd.DataFrame, summary: pd.DataFrame, classes: pd.DataFrame,
                     cells.append(_fmt(v))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["Pooled over all held-out kernels:", "", _md(summary), "",
-              "Where the error is (anchor op class; time_share = share of held-out kernel time):", "",
-              _md(classes), "",
-              "What was tried (pooled metrics of each variant):", "", _md(variants),
-              ""]
+    lines += [
+        "Pooled over all held-out kernels:",
+        "",
+        _md(summary),
+        "",
+        "Where the error is (anchor op class; time_share = share of held-out kernel time):",
+        "",
+        _md(classes),
+        "",
+        "What was tried (pooled metrics of each variant):",
+        "",
+        _md(variants),
+        "",
+    ]
     if not curve.empty:
-        agg = curve.groupby(["target", "fraction"]).mean(numeric_only=True).reset_index().drop(columns=["repeat"])
+        agg = (
+            curve.groupby(["target", "fraction"])
+            .mean(numeric_only=True)
+            .reset_index()
+            .drop(columns=["repeat"])
+        )
         lines += ["Learning curve (mean over repeats):", "", _md(agg), ""]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--profile", default="profiles/amd-epyc-2c", help="profile folder")
     parser.add_argument("--target", help="evaluate this target kind only")
     parser.add_argument("--random-state", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="skip the learning curve and the variants")
     parser.add_argument("--repeats", type=int, default=3, help="learning-curve repeats per size")
-    parser.add_argument("--remeasure", action="store_true",
-                        help="also time the zoo models end to end now and compare with those timings")
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="also time the zoo models end to end now and compare with those timings",
+    )
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -211,11 +273,26 @@ def main(argv=None) -> int:
     variants_df = pd.DataFrame(variant_rows)
     curve = pd.DataFrame()
     if not args.quick:
-        curve = learning_curve(records, "xgb", repeats=args.repeats, random_state=args.random_state,
-                               target=args.target)
+        curve = learning_curve(
+            records, "xgb", repeats=args.repeats, random_state=args.random_state, target=args.target
+        )
 
-    cols = ["target", "model", "distinct", "kernels", "mape", "mdape", "spearman", "lookup_measured", "lookup_mdape",
-            "e2e_measured_us", "e2e_pure_err", "e2e_lookup_err", "e2e_oracle_err", "e2e_pure_vs_oracle_err"]
+    cols = [
+        "target",
+        "model",
+        "distinct",
+        "kernels",
+        "mape",
+        "mdape",
+        "spearman",
+        "lookup_measured",
+        "lookup_mdape",
+        "e2e_measured_us",
+        "e2e_pure_err",
+        "e2e_lookup_err",
+        "e2e_oracle_err",
+        "e2e_pure_vs_oracle_err",
+    ]
     cols += [c for c in ("e2e_fresh_us", "e2e_fresh_err", "e2e_oracle_vs_fresh_err") if c in models]
     print("\nLeave-one-model-family-out (xgb; errors: predicted / measured - 1)\n")
     print(models[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -227,7 +304,11 @@ def main(argv=None) -> int:
     print(variants_df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if not curve.empty:
         print("\nLearning curve\n")
-        print(curve.groupby(["target", "fraction"]).mean(numeric_only=True).to_string(float_format=lambda v: f"{v:.3f}"))
+        print(
+            curve.groupby(["target", "fraction"])
+            .mean(numeric_only=True)
+            .to_string(float_format=lambda v: f"{v:.3f}")
+        )
     checks = check(models)
     print("\nAcceptance (Spearman >= 0.9 per model with >= 3 kernels; e2e within 20%):")
     print(json.dumps(checks, indent=1))
@@ -235,7 +316,9 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     all_models = pd.concat([r["models"].assign(variant=n) for n, r in results.items()], ignore_index=True)
     if args.remeasure:
-        all_models = all_models.merge(models[["target", "model", "e2e_fresh_us"]], on=["target", "model"], how="left")
+        all_models = all_models.merge(
+            models[["target", "model", "e2e_fresh_us"]], on=["target", "model"], how="left"
+        )
     all_models.to_csv(os.path.join(args.out, "cost_model_lofo_models.csv"), index=False)
     units.to_csv(os.path.join(args.out, "cost_model_lofo_units.csv"), index=False)
     classes.to_csv(os.path.join(args.out, "cost_model_by_op_class.csv"), index=False)
@@ -244,14 +327,23 @@ def main(argv=None) -> int:
     model = XGBCostModel(random_state=args.random_state)
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        profile=os.path.abspath(args.profile), profile_metadata=store.metadata, records=int(len(records)),
-        machine=platform.machine(), cost_model=repr(model), split="strict: model family held out (name before -/_)",
+        profile=os.path.abspath(args.profile),
+        profile_metadata=store.metadata,
+        records=int(len(records)),
+        machine=platform.machine(),
+        cost_model=repr(model),
+        split="strict: model family held out (name before -/_)",
         seconds=round(time.perf_counter() - started, 1),
     )
-    out = dict(meta=meta, acceptance=checks, pooled=summary.to_dict(orient="records"),
-               models=models.to_dict(orient="records"), by_op_class=classes.to_dict(orient="records"),
-               variants=variants_df.to_dict(orient="records"),
-               learning_curve=curve.to_dict(orient="records"))
+    out = dict(
+        meta=meta,
+        acceptance=checks,
+        pooled=summary.to_dict(orient="records"),
+        models=models.to_dict(orient="records"),
+        by_op_class=classes.to_dict(orient="records"),
+        variants=variants_df.to_dict(orient="records"),
+        learning_curve=curve.to_dict(orient="records"),
+    )
     with open(os.path.join(args.out, "cost_model_eval.json"), "w", encoding="utf-8") as f:
         json.dump(_clean(out), f, indent=1, default=str)
     with open(os.path.join(args.out, "cost_model_summary.md"), "w", encoding="utf-8") as f:

@@ -13,9 +13,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoplace.cost_model import (MEASURED, PREDICTED, PREDICTED_UNSEEN_OP, UNSUPPORTED, CostModelVersionError,
-                                  CostTable, RooflineCostModel, UnknownTargetError, XGBCostModel, create,
-                                  feature_names, features_from_unit, load, op_class, record_features)
+from autoplace.cost_model import (
+    MEASURED,
+    PREDICTED,
+    PREDICTED_UNSEEN_OP,
+    UNSUPPORTED,
+    CostModelVersionError,
+    CostTable,
+    RooflineCostModel,
+    UnknownTargetError,
+    XGBCostModel,
+    create,
+    feature_names,
+    features_from_unit,
+    load,
+    op_class,
+    record_features,
+)
 from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
 from autoplace.cost_model.features import ops_from_func_name, work
 from autoplace.profile import ForeignProfileWarning
@@ -26,15 +40,48 @@ PROFILE = os.path.join(os.path.dirname(__file__), "..", "profiles", "amd-epyc-2c
 FAST = dict(n_estimators=60, random_state=0)
 
 
-def _unit(key, model, ops, shapes, us, *, anchor_attrs=None, anchor_shapes=None, flops=None, status="ok",
-          target="llvm", func_name=None, hw=HW):
+def _unit(
+    key,
+    model,
+    ops,
+    shapes,
+    us,
+    *,
+    anchor_attrs=None,
+    anchor_shapes=None,
+    flops=None,
+    status="ok",
+    target="llvm",
+    func_name=None,
+    hw=HW,
+):
     out_elems = math.prod(shapes[-1])
-    return dict(kind="unit", key=key, target=target, model=model, func_name=func_name or "_".join(o.split(".")[-1] for o in ops),
-                ops=ops, anchor_op=ops[0], anchor_attrs=anchor_attrs or {}, anchor_input_shapes=anchor_shapes or shapes[:-1],
-                arg_shapes=shapes, arg_dtypes=["float32"] * len(shapes), num_outputs=1,
-                flops=float(flops if flops is not None else out_elems), bytes_in=4 * sum(math.prod(s) for s in shapes[:-1]),
-                bytes_out=4 * out_elems, status=status, median_us=us if status == "ok" else None,
-                hardware_id=hw, tvm_version=TVM)
+    return dict(
+        kind="unit",
+        key=key,
+        target=target,
+        model=model,
+        func_name=func_name or "_".join(o.split(".")[-1] for o in ops),
+        ops=ops,
+        anchor_op=ops[0],
+        anchor_attrs=anchor_attrs or {},
+        anchor_input_shapes=anchor_shapes or shapes[:-1],
+        arg_shapes=shapes,
+        arg_dtypes=["float32"] * len(shapes),
+        num_outputs=1,
+        flops=float(flops if flops is not None else out_elems),
+        bytes_in=4 * sum(math.prod(s) for s in shapes[:-1]),
+        bytes_out=4 * out_elems,
+        status=status,
+        median_us=us if status == "ok" else None,
+        hardware_id=hw,
+        tvm_version=TVM,
+    )
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def synthetic_records(hw=HW, seed=0) -> pd.DataFrame:
@@ -47,35 +94,111 @@ def synthetic_records(hw=HW, seed=0) -> pd.DataFrame:
         for i, n in enumerate([8 * scale, 16 * scale, 24 * scale]):
             k = 2 * n
             flops = 2.0 * n * n * k
-            rows.append(_unit(f"llvm-mm-{m}-{i}", m, ["relax.matmul", "relax.add"], [[n, k], [k, n], [n], [n, n]],
-                              flops * 3e-4 * rng.uniform(0.9, 1.1), anchor_shapes=[[n, k], [k, n]], flops=flops))
+            rows.append(
+                _unit(
+                    f"llvm-mm-{m}-{i}",
+                    m,
+                    ["relax.matmul", "relax.add"],
+                    [[n, k], [k, n], [n], [n, n]],
+                    flops * 3e-4 * rng.uniform(0.9, 1.1),
+                    anchor_shapes=[[n, k], [k, n]],
+                    flops=flops,
+                )
+            )
             c, h = 4 * scale + i, 8 + 4 * i
             wflops = 2.0 * c * c * 9 * h * h
-            rows.append(_unit(f"llvm-conv-{m}-{i}", m, ["relax.nn.conv2d", "relax.nn.relu"],
-                              [[1, c, h, h], [c, c, 3, 3], [1, c, h, h]], wflops * 2e-4 * rng.uniform(0.9, 1.1),
-                              anchor_attrs=dict(strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1,
-                                                data_layout="NCHW", kernel_layout="OIHW"),
-                              anchor_shapes=[[1, c, h, h], [c, c, 3, 3]], flops=wflops))
+            rows.append(
+                _unit(
+                    f"llvm-conv-{m}-{i}",
+                    m,
+                    ["relax.nn.conv2d", "relax.nn.relu"],
+                    [[1, c, h, h], [c, c, 3, 3], [1, c, h, h]],
+                    wflops * 2e-4 * rng.uniform(0.9, 1.1),
+                    anchor_attrs=dict(
+                        strides=[1, 1],
+                        padding=[1, 1, 1, 1],
+                        dilation=[1, 1],
+                        groups=1,
+                        data_layout="NCHW",
+                        kernel_layout="OIHW",
+                    ),
+                    anchor_shapes=[[1, c, h, h], [c, c, 3, 3]],
+                    flops=wflops,
+                )
+            )
             e = 256 * scale * (i + 1)
-            rows.append(_unit(f"llvm-add-{m}-{i}", m, ["relax.add", "relax.nn.relu"], [[e], [e], [e]],
-                              e * 1e-3 * rng.uniform(0.9, 1.1)))
-            rows.append(_unit(f"llvm-tr-{m}-{i}", m, ["relax.permute_dims"], [[n, k], [k, n]],
-                              n * k * 2e-3 * rng.uniform(0.9, 1.1), anchor_attrs={"axes": [1, 0]}))
+            rows.append(
+                _unit(
+                    f"llvm-add-{m}-{i}",
+                    m,
+                    ["relax.add", "relax.nn.relu"],
+                    [[e], [e], [e]],
+                    e * 1e-3 * rng.uniform(0.9, 1.1),
+                )
+            )
+            rows.append(
+                _unit(
+                    f"llvm-tr-{m}-{i}",
+                    m,
+                    ["relax.permute_dims"],
+                    [[n, k], [k, n]],
+                    n * k * 2e-3 * rng.uniform(0.9, 1.1),
+                    anchor_attrs={"axes": [1, 0]},
+                )
+            )
     rows.append(_unit("llvm-shared", "alpha", ["relax.reshape"], [[4, 4], [16]], 0.05))
-    rows.append(_unit("llvm-broken", "gamma", ["relax.nn.conv2d"], [[1, 3, 8, 8], [3, 3, 3, 3], [1, 3, 8, 8]], None,
-                      status="error"))
+    rows.append(
+        _unit(
+            "llvm-broken",
+            "gamma",
+            ["relax.nn.conv2d"],
+            [[1, 3, 8, 8], [3, 3, 3, 3], [1, 3, 8, 8]],
+            None,
+            status="error",
+        )
+    )
     for m in models:
         keys = [r["key"] for r in rows if r.get("model") == m and r["status"] == "ok"]
         if m == "beta":
             keys.append("llvm-shared")  # a kernel beta shares with alpha
         us = sum(r["median_us"] for r in rows if r["key"] in keys)
-        rows.append(dict(kind="model", key=m, target="llvm", status="ok", median_us=1.02 * us, unit_keys=keys,
-                         hardware_id=hw, tvm_version=TVM))
+        rows.append(
+            dict(
+                kind="model",
+                key=m,
+                target="llvm",
+                status="ok",
+                median_us=1.02 * us,
+                unit_keys=keys,
+                hardware_id=hw,
+                tvm_version=TVM,
+            )
+        )
     for label in ("llvm:0", "llvm:1"):
-        rows.append(dict(kind="launch", key="vm_call", target=label, status="ok", median_us=0.2,
-                         single_call_us=0.75, hardware_id=hw, tvm_version=TVM))
-    rows.append(dict(kind="copy_fit", key="fit", target="llvm:0->llvm:1", status="ok", alpha_us=0.6,
-                     us_per_byte=3e-5, hardware_id=hw, tvm_version=TVM))
+        rows.append(
+            dict(
+                kind="launch",
+                key="vm_call",
+                target=label,
+                status="ok",
+                median_us=0.2,
+                single_call_us=0.75,
+                hardware_id=hw,
+                tvm_version=TVM,
+            )
+        )
+    rows.append(
+        dict(
+            kind="copy_fit",
+            key="fit",
+            target="llvm:0->llvm:1",
+            status="ok",
+            alpha_us=0.6,
+            us_per_byte=3e-5,
+            hardware_id=hw,
+            tvm_version=TVM,
+        )
+    )
     return pd.DataFrame(rows)
 
 
@@ -104,8 +227,15 @@ def test_features_have_every_name_and_are_finite_or_nan(records):
 
 
 def test_op_names_from_kernel_names_and_classes():
-    assert ops_from_func_name("fused_softmax_llvm_broadcast_to5_llvm") == ["relax.nn.softmax", "relax.broadcast_to"]
-    assert ops_from_func_name("fused_batch_norm1_add1_relu1") == ["relax.nn.batch_norm", "relax.add", "relax.nn.relu"]
+    assert ops_from_func_name("fused_softmax_llvm_broadcast_to5_llvm") == [
+        "relax.nn.softmax",
+        "relax.broadcast_to",
+    ]
+    assert ops_from_func_name("fused_batch_norm1_add1_relu1") == [
+        "relax.nn.batch_norm",
+        "relax.add",
+        "relax.nn.relu",
+    ]
     assert ops_from_func_name("conv2d3") == ["relax.nn.conv2d"]
     assert ops_from_func_name("transpose5_llvm") == ["relax.permute_dims"]
     assert op_class("relax.nn.conv2d") == "conv" and op_class("relax.matmul") == "matmul"
@@ -116,8 +246,10 @@ def test_power_of_two_strides_overflow_the_cache_sets():
     # Transposing a 128x128 float32 matrix reads down columns 512 bytes apart: 128 lines in 8 of the
     # 64 L1 sets (8 ways each) -> 2x overflow; 120x120 (480 bytes apart) spreads over all sets.
     def transpose(n):
-        return record_features(_unit("k", "m", ["relax.permute_dims"], [[n, n], [n, n]], 1.0,
-                                     anchor_attrs={"axes": [1, 0]}))
+        return record_features(
+            _unit("k", "m", ["relax.permute_dims"], [[n, n], [n, n]], 1.0, anchor_attrs={"axes": [1, 0]})
+        )
+
     assert transpose(128)["mem_l1_over"] == pytest.approx(1.0)
     assert transpose(120)["mem_l1_over"] == 0.0
     assert transpose(64)["mem_l1_over"] == 0.0  # 64 lines fit in 8 sets x 8 ways
@@ -152,14 +284,14 @@ def test_save_load_round_trip_gives_identical_predictions(records, tmp_path, kin
     units = _units(records)
     np.testing.assert_array_equal(again.predict(units), est.predict(units))
     assert again.hardware_id_ == HW and again.target_kinds_ == ["llvm"]
-    data = json.load(open(path))
+    data = _read_json(path)
     assert data["format_version"] >= 1 and data["hardware_id"] == HW and data["target_kinds"] == ["llvm"]
 
 
 def test_load_refuses_other_format_or_feature_versions(model, tmp_path):
     path = model.save(str(tmp_path / "m.json"))
     for field in ("format_version", "feature_version"):
-        data = json.load(open(path))
+        data = _read_json(path)
         data[field] = 999
         bad = tmp_path / f"bad_{field}.json"
         bad.write_text(json.dumps(data))
@@ -215,6 +347,10 @@ def test_cost_table_measured_first_then_predicted(model, records):
     np.testing.assert_allclose(frame["latency_us"], units["median_us"].astype(float))
     with pytest.raises(KeyError, match="no cost model"):
         CostTable(records).unit_latency_us(novel, "llvm")
+    # End to end on one device: invoke + launches + kernels (a kernel launched twice counts twice).
+    launched = [units.iloc[0], units.iloc[1], units.iloc[0]]
+    expected = 0.55 + 3 * 0.2 + sum(float(u["median_us"]) for u in launched)
+    assert table.end_to_end_us(launched, "llvm:0") == pytest.approx(expected)
 
 
 def test_cost_table_launch_and_copy_costs(records):
@@ -306,7 +442,9 @@ def test_train_main_writes_the_model_next_to_the_profile(tmp_path, capsys):
 
 
 # -- the committed CPU profile, where present ------------------------------------------------------------
-@pytest.mark.skipif(not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile")
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile"
+)
 def test_committed_cpu_profile_ranks_held_out_kernels():
     from autoplace.profile import ProfileStore
 

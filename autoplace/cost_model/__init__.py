@@ -17,8 +17,15 @@ Examples
 (12.3, 'predicted')
 """
 
-from .cost_model import (FORMAT_VERSION, CostModel, CostModelVersionError, UnknownTargetError, create, load,
-                         training_units)
+from .cost_model import (
+    FORMAT_VERSION,
+    CostModel,
+    CostModelVersionError,
+    UnknownTargetError,
+    create,
+    load,
+    training_units,
+)
 from .features import FEATURE_VERSION, feature_names, features_from_unit, op_class, record_features
 from .roofline_model import RooflineCostModel
 from .table import MEASURED, PREDICTED, PREDICTED_UNSEEN_OP, UNSUPPORTED, CostTable

@@ -14,15 +14,23 @@ EPILOG = """examples:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The options of ``autoplace train`` (added to ``parser`` if given, e.g. a subcommand parser)."""
     parser = parser or argparse.ArgumentParser(
-        prog="autoplace train", description="Train the cost model on a profile folder",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="autoplace train",
+        description="Train the cost model on a profile folder",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--profile", help="profile folder (default: profiles/<this machine's hardware id>)")
     parser.add_argument("--out", help="model file (default: <profile dir>/cost_model.json)")
     parser.add_argument("--target", action="append", help="train on this target kind only (repeatable)")
-    parser.add_argument("--model", default="xgb", choices=["xgb", "roofline"], help="model kind (default xgb)")
+    parser.add_argument(
+        "--model", default="xgb", choices=["xgb", "roofline"], help="model kind (default xgb)"
+    )
     parser.add_argument("--random-state", type=int, default=0)
-    parser.add_argument("--allow-foreign", action="store_true",
-                        help="also use records measured on other hardware or TVM versions")
+    parser.add_argument(
+        "--allow-foreign",
+        action="store_true",
+        help="also use records measured on other hardware or TVM versions",
+    )
     return parser
 
 
@@ -41,8 +49,14 @@ def run(args) -> int:
     from .train import train
 
     profile = args.profile or default_profile_dir()
-    model = train(profile, args.out, target=args.target, model=args.model, allow_foreign=args.allow_foreign,
-                  random_state=args.random_state)
+    model = train(
+        profile,
+        args.out,
+        target=args.target,
+        model=args.model,
+        allow_foreign=args.allow_foreign,
+        random_state=args.random_state,
+    )
     from ..profile import ProfileStore
 
     units = training_units(ProfileStore(profile).records(allow_foreign=args.allow_foreign))
@@ -50,10 +64,12 @@ def run(args) -> int:
         units = units[units["target"].isin(args.target)]
     pred = model.predict(units)
     ape = np.abs(pred - units["median_us"].to_numpy()) / units["median_us"].to_numpy()
-    print(f"trained {model!r}\n  on {model.n_records_} kernels of {model.target_kinds_} measured on "
-          f"{model.hardware_id_} (TVM {model.tvm_version_})\n  training fit: median abs error "
-          f"{100 * np.median(ape):.1f}% (held-out accuracy: python experiments/cost_model_eval.py)\n"
-          f"  saved to {model.path_}")
+    print(
+        f"trained {model!r}\n  on {model.n_records_} kernels of {model.target_kinds_} measured on "
+        f"{model.hardware_id_} (TVM {model.tvm_version_})\n  training fit: median abs error "
+        f"{100 * np.median(ape):.1f}% (held-out accuracy: python experiments/cost_model_eval.py)\n"
+        f"  saved to {model.path_}"
+    )
     return 0
 
 

@@ -76,12 +76,16 @@ class CostModel:
         """
         units = training_units(records)
         if units.empty:
-            raise AutoplaceError("no usable unit records (kind='unit', status='ok', median_us > 0) to train on; "
-                                 "profile some models first (autoplace profile --zoo ...)")
+            raise AutoplaceError(
+                "no usable unit records (kind='unit', status='ok', median_us > 0) to train on; "
+                "profile some models first (autoplace profile --zoo ...)"
+            )
         self.hardware_id_, self.tvm_version_ = check_provenance(units, hardware_id, tvm_version)
         self.target_kinds_ = sorted(str(t) for t in units["target"].unique())
-        self.op_vocab_ = {t: sorted({op for ops in units.loc[units["target"] == t, "ops_all"] for op in ops})
-                          for t in self.target_kinds_}
+        self.op_vocab_ = {
+            t: sorted({op for ops in units.loc[units["target"] == t, "ops_all"] for op in ops})
+            for t in self.target_kinds_
+        }
         self.n_records_ = int(len(units))
         self._fit(units)
         return self
@@ -92,17 +96,22 @@ class CostModel:
     # -- predicting ----------------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "target_kinds_"):
-            raise AutoplaceError(f"this {type(self).__name__} is not fitted yet: call fit(records) or load a saved one")
+            raise AutoplaceError(
+                f"this {type(self).__name__} is not fitted yet: call fit(records) or load a saved one"
+            )
 
     def _prepare(self, units, target: str | None) -> tuple[list, list[str]]:
         self._check_fitted()
         recs = as_records(units)
-        targets = [str(target) if target is not None else str(_target_of(r, self.target_kinds_)) for r in recs]
+        targets = [
+            str(target) if target is not None else str(_target_of(r, self.target_kinds_)) for r in recs
+        ]
         unknown = sorted(set(targets) - set(self.target_kinds_))
         if unknown:
             raise UnknownTargetError(
                 f"the cost model was trained on {self.target_kinds_} profiles and cannot price kernels on "
-                f"{unknown}: profile that target (autoplace profile --targets ...) and retrain")
+                f"{unknown}: profile that target (autoplace profile --targets ...) and retrain"
+            )
         return recs, targets
 
     def predict(self, units, target: str | None = None) -> np.ndarray:
@@ -198,7 +207,9 @@ class CostModel:
         _check_versions(data, path)
         impl = _registry()[data["kind"]] if cls is CostModel else cls
         if impl.kind != data["kind"]:
-            raise CostModelVersionError(f"{path}: holds a {data['kind']!r} cost model, not a {impl.kind!r} one")
+            raise CostModelVersionError(
+                f"{path}: holds a {data['kind']!r} cost model, not a {impl.kind!r} one"
+            )
         return impl.from_dict(data)
 
     def _state(self) -> dict:
@@ -215,14 +226,18 @@ def _check_versions(data: dict, path: str = "the saved cost model") -> None:
         raise CostModelVersionError(f"{path}: not an autoplace cost model file")
     if data.get("format_version") != FORMAT_VERSION:
         raise CostModelVersionError(
-            f"{path}: written in cost-model format version {data.get('format_version')}, this autoplace reads "
-            f"version {FORMAT_VERSION}; retrain it: autoplace train --profile <profile dir>")
+            f"{path}: written in cost-model format version {data.get('format_version')}, this autoplace "
+            f"reads version {FORMAT_VERSION}; retrain it: autoplace train --profile <profile dir>"
+        )
     if data.get("feature_version") != features.FEATURE_VERSION:
         raise CostModelVersionError(
             f"{path}: uses feature version {data.get('feature_version')}, this autoplace computes version "
-            f"{features.FEATURE_VERSION}; retrain it: autoplace train --profile <profile dir>")
+            f"{features.FEATURE_VERSION}; retrain it: autoplace train --profile <profile dir>"
+        )
     if data.get("kind") not in _registry():
-        raise CostModelVersionError(f"{path}: unknown cost model kind {data.get('kind')!r}; known: {sorted(_registry())}")
+        raise CostModelVersionError(
+            f"{path}: unknown cost model kind {data.get('kind')!r}; known: {sorted(_registry())}"
+        )
 
 
 def _target_of(record, kinds) -> str:
@@ -285,12 +300,16 @@ def check_provenance(units: pd.DataFrame, hardware_id: str | None = None, tvm_ve
         warnings.warn(
             f"training a cost model for {hardware_id!r} on records measured on {found_hw}: its predictions "
             f"describe that hardware, not this one. Profile this machine (autoplace profile) to fix it.",
-            ForeignProfileWarning, stacklevel=3)
+            ForeignProfileWarning,
+            stacklevel=3,
+        )
     if found_tvm and found_tvm != [tvm_version]:
         warnings.warn(
             f"training a cost model for TVM {tvm_version} on records measured with TVM {found_tvm}: kernels "
             "may be lowered differently. Re-profile with this TVM to fix it.",
-            ForeignProfileWarning, stacklevel=3)
+            ForeignProfileWarning,
+            stacklevel=3,
+        )
     return rec_hw, rec_tvm
 
 

@@ -38,7 +38,10 @@ from .table import MEASURED, CostTable
 
 
 def family(model_name: str) -> str:
-    """``"cnn-base"`` -> ``"cnn"``, ``"bert_base"`` -> ``"bert"``: the name before the first ``-`` or ``_``."""
+    """The family of a zoo model: the name before the first ``-`` or ``_``.
+
+    ``"cnn-base"`` -> ``"cnn"``, ``"bert_base"`` -> ``"bert"``.
+    """
     return re.split(r"[-_]", str(model_name))[0]
 
 
@@ -77,7 +80,11 @@ def end_to_end_us(table: CostTable, unit_latency_us: dict, keys: list, target_la
     of ``main`` (the record's ``single_call_us`` less one launch).
     """
     launch = table.launch_us(target_label, default=0.0)
-    return table.invoke_us(target_label, default=0.0) + len(keys) * launch + sum(unit_latency_us[k] for k in keys)
+    return (
+        table.invoke_us(target_label, default=0.0)
+        + len(keys) * launch
+        + sum(unit_latency_us[k] for k in keys)
+    )
 
 
 def _ape(pred, meas) -> np.ndarray:
@@ -97,8 +104,15 @@ def _side_records(records: pd.DataFrame) -> pd.DataFrame:
     return records[records["kind"].isin(["launch", "copy", "copy_fit"])]
 
 
-def leave_one_family_out(records: pd.DataFrame, model="xgb", *, target: str | None = None,
-                         train_filter=None, quiet: bool = True, **params) -> dict:
+def leave_one_family_out(
+    records: pd.DataFrame,
+    model="xgb",
+    *,
+    target: str | None = None,
+    train_filter=None,
+    quiet: bool = True,
+    **params,
+) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
 
     Parameters
@@ -166,32 +180,59 @@ def leave_one_family_out(records: pd.DataFrame, model="xgb", *, target: str | No
                 pp = np.array([pred_pure[k] for k in distinct])
                 pl = np.array([pred_look[k] for k in distinct])
                 counts = pd.Series(keys).value_counts()
-                row = dict(target=kind, model=name, family=fam, kernels=len(keys), distinct=len(distinct),
-                           train_records=len(pure_train),
-                           mape=float(np.mean(_ape(pp, meas))), mdape=float(np.median(_ape(pp, meas))),
-                           spearman=_spearman(pp, meas),
-                           lookup_measured=int(sum(source[k] == MEASURED for k in distinct)),
-                           lookup_mape=float(np.mean(_ape(pl, meas))), lookup_mdape=float(np.median(_ape(pl, meas))),
-                           lookup_spearman=_spearman(pl, meas),
-                           unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)))
+                row = dict(
+                    target=kind,
+                    model=name,
+                    family=fam,
+                    kernels=len(keys),
+                    distinct=len(distinct),
+                    train_records=len(pure_train),
+                    mape=float(np.mean(_ape(pp, meas))),
+                    mdape=float(np.median(_ape(pp, meas))),
+                    spearman=_spearman(pp, meas),
+                    lookup_measured=int(sum(source[k] == MEASURED for k in distinct)),
+                    lookup_mape=float(np.mean(_ape(pl, meas))),
+                    lookup_mdape=float(np.median(_ape(pl, meas))),
+                    lookup_spearman=_spearman(pl, meas),
+                    unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)),
+                )
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
                     oracle = end_to_end_us(table, measured, keys, label)
                     e2e_pure = end_to_end_us(table, pred_pure, keys, label)
                     e2e_look = end_to_end_us(table, pred_look, keys, label)
-                    row.update(e2e_measured_us=e2e, e2e_oracle_us=oracle, e2e_pure_us=e2e_pure,
-                               e2e_lookup_us=e2e_look, e2e_oracle_err=oracle / e2e - 1,
-                               e2e_pure_err=e2e_pure / e2e - 1, e2e_lookup_err=e2e_look / e2e - 1,
-                               e2e_pure_vs_oracle_err=e2e_pure / oracle - 1)
+                    row.update(
+                        e2e_measured_us=e2e,
+                        e2e_oracle_us=oracle,
+                        e2e_pure_us=e2e_pure,
+                        e2e_lookup_us=e2e_look,
+                        e2e_oracle_err=oracle / e2e - 1,
+                        e2e_pure_err=e2e_pure / e2e - 1,
+                        e2e_lookup_err=e2e_look / e2e - 1,
+                        e2e_pure_vs_oracle_err=e2e_pure / oracle - 1,
+                    )
                 model_rows.append(row)
                 by_key = units.set_index("key")
                 for k in distinct:
                     rec = by_key.loc[k]
-                    unit_rows.append(dict(
-                        target=kind, model=name, family=fam, key=k, func_name=rec["func_name"],
-                        anchor_op=rec["anchor_op"], op_class=op_class(rec["anchor_op"]), count=int(counts[k]),
-                        measured_us=measured[k], pure_us=pred_pure[k], lookup_us=pred_look[k], source=source[k],
-                        unseen_ops=",".join(unseen[k]), pure_ape=abs(pred_pure[k] / measured[k] - 1)))
+                    unit_rows.append(
+                        dict(
+                            target=kind,
+                            model=name,
+                            family=fam,
+                            key=k,
+                            func_name=rec["func_name"],
+                            anchor_op=rec["anchor_op"],
+                            op_class=op_class(rec["anchor_op"]),
+                            count=int(counts[k]),
+                            measured_us=measured[k],
+                            pure_us=pred_pure[k],
+                            lookup_us=pred_look[k],
+                            source=source[k],
+                            unseen_ops=",".join(unseen[k]),
+                            pure_ape=abs(pred_pure[k] / measured[k] - 1),
+                        )
+                    )
     return {"models": pd.DataFrame(model_rows), "units": pd.DataFrame(unit_rows)}
 
 
@@ -201,11 +242,15 @@ def summarize(result: dict) -> pd.DataFrame:
     units, models = result["units"], result["models"]
     for kind, group in units.groupby("target"):
         m = models[models["target"] == kind]
-        row = dict(target=kind, kernels=len(group), mape=float(group["pure_ape"].mean()),
-                   mdape=float(group["pure_ape"].median()),
-                   spearman=_spearman(group["pure_us"], group["measured_us"]),
-                   min_model_spearman=float(m["spearman"].min()))
-        for col in ("e2e_pure_err", "e2e_lookup_err", "e2e_oracle_err"):
+        row = dict(
+            target=kind,
+            kernels=len(group),
+            mape=float(group["pure_ape"].mean()),
+            mdape=float(group["pure_ape"].median()),
+            spearman=_spearman(group["pure_us"], group["measured_us"]),
+            min_model_spearman=float(m["spearman"].min()),
+        )
+        for col in ("e2e_pure_err", "e2e_lookup_err", "e2e_oracle_err", "e2e_pure_vs_oracle_err"):
             if col in m:
                 row[f"max_abs_{col}"] = float(m[col].abs().max())
                 row[f"mean_abs_{col}"] = float(m[col].abs().mean())
@@ -228,14 +273,31 @@ def by_op_class(result: dict) -> pd.DataFrame:
         for cls, g in group.groupby("op_class"):
             meas = float((g["measured_us"] * g["count"]).sum())
             pred = float((g["pure_us"] * g["count"]).sum())
-            rows.append(dict(target=kind, op_class=cls, kernels=len(g), mape=float(g["pure_ape"].mean()),
-                             mdape=float(g["pure_ape"].median()), spearman=_spearman(g["pure_us"], g["measured_us"]),
-                             time_share=meas / total, signed_time_err=(pred - meas) / total))
+            rows.append(
+                dict(
+                    target=kind,
+                    op_class=cls,
+                    kernels=len(g),
+                    mape=float(g["pure_ape"].mean()),
+                    mdape=float(g["pure_ape"].median()),
+                    spearman=_spearman(g["pure_us"], g["measured_us"]),
+                    time_share=meas / total,
+                    signed_time_err=(pred - meas) / total,
+                )
+            )
     return pd.DataFrame(rows).sort_values(["target", "time_share"], ascending=[True, False])
 
 
-def learning_curve(records: pd.DataFrame, model="xgb", *, fractions=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0),
-                   repeats: int = 3, random_state: int = 0, target: str | None = None, **params) -> pd.DataFrame:
+def learning_curve(
+    records: pd.DataFrame,
+    model="xgb",
+    *,
+    fractions=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0),
+    repeats: int = 3,
+    random_state: int = 0,
+    target: str | None = None,
+    **params,
+) -> pd.DataFrame:
     """Accuracy vs number of profiled records: leave-one-family-out with training subsampled.
 
     Each fold's training records are subsampled to ``fraction`` of their number (at least 3),
@@ -253,15 +315,28 @@ def learning_curve(records: pd.DataFrame, model="xgb", *, fractions=(0.1, 0.2, 0
             seed = random_state + 1000 * rep + int(fraction * 100)
 
             def sub(df, fold, fraction=fraction, seed=seed):
+                if fraction >= 1.0:
+                    return df
                 n = max(3, int(round(fraction * len(df))))
                 return df.sample(n=min(n, len(df)), random_state=seed + fold)
 
             res = leave_one_family_out(records, model, target=target, train_filter=sub, **params)
             for _, s in summarize(res).iterrows():
                 m = res["models"][res["models"]["target"] == s["target"]]
-                rows.append(dict(target=s["target"], fraction=fraction, repeat=rep,
-                                 train_records=float(m["train_records"].mean()), mdape=s["mdape"], mape=s["mape"],
-                                 spearman=s["spearman"], min_model_spearman=s["min_model_spearman"],
-                                 mean_abs_e2e_err=s.get("mean_abs_e2e_pure_err", math.nan),
-                                 max_abs_e2e_err=s.get("max_abs_e2e_pure_err", math.nan)))
+                rows.append(
+                    dict(
+                        target=s["target"],
+                        fraction=fraction,
+                        repeat=rep,
+                        train_records=float(m["train_records"].mean()),
+                        mdape=s["mdape"],
+                        mape=s["mape"],
+                        spearman=s["spearman"],
+                        min_model_spearman=s["min_model_spearman"],
+                        mean_abs_e2e_err=s.get("mean_abs_e2e_pure_err", math.nan),
+                        max_abs_e2e_err=s.get("max_abs_e2e_pure_err", math.nan),
+                        mean_abs_e2e_vs_oracle_err=s.get("mean_abs_e2e_pure_vs_oracle_err", math.nan),
+                        max_abs_e2e_vs_oracle_err=s.get("max_abs_e2e_pure_vs_oracle_err", math.nan),
+                    )
+                )
     return pd.DataFrame(rows)

@@ -25,10 +25,11 @@ Feature groups
     the innermost loop's strided access stream of a naive (unscheduled) kernel, as TVM's
     legalization writes it: matmul reads ``B[k, j]`` down a column, an NCHW convolution walks input
     channels ``H*W`` elements apart, a transpose reads down columns. The stream's distinct cache
-    lines and stride, and how far it overflows the cache sets it maps to (``mem_l1_over``,
+    lines, stride and 4 KiB pages, how far it overflows the cache sets it maps to (``mem_l1_over``,
     ``mem_l2_over``: log2 of the largest lines-per-set over the ways) for the set-associative
-    geometry :data:`CACHE_LEVELS`. Power-of-two strides crowd few sets: on CPU profiles they explain
-    10x swings of time per FLOP between kernels of the same op type.
+    geometry :data:`CACHE_LEVELS`, and the first level it overflows (``mem_level``). Power-of-two
+    strides crowd few sets: on CPU profiles they explain 10x swings of time per FLOP between kernels
+    of the same op type (a 128x128 transpose costs 5x more per element than a 64x128 one).
 
 Notes
 -----
@@ -48,13 +49,15 @@ import numpy as np
 FEATURE_VERSION = 1
 
 #: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
-#: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines). They shape
-#: features only; the model learns how much each overflow costs on the profiled machine.
+#: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines; the AMD EPYC (Zen 3)
+#: of the reference profile has exactly these). They shape features only; the model learns what each
+#: overflow costs on the profiled machine.
 CACHE_LEVELS = (("l1", 64, 64, 8), ("l2", 64, 1024, 8))
 
 #: Op classes, in feature order. An op's class comes from its short name (see :func:`op_class`).
-OP_CLASSES = ("matmul", "conv", "pool", "norm", "softmax", "reduce", "transcendental", "elementwise",
-              "layout", "gather", "cast", "create", "other")
+OP_CLASSES = tuple(
+    "matmul conv pool norm softmax reduce transcendental elementwise layout gather cast create other".split()
+)
 
 _CLASS_OF = {}
 for _cls, _names in {
@@ -63,14 +66,14 @@ for _cls, _names in {
     "softmax": "softmax log_softmax",
     "reduce": "sum mean max min prod variance std argmax argmin cumsum cumprod",
     "transcendental": "exp log tanh sigmoid gelu gelu_tanh erf sqrt rsqrt sin cos tan power silu softplus "
-                      "log1p exp2 log2 log10 atan asin acos sinh cosh selu elu mish",
+    "log1p exp2 log2 log10 atan asin acos sinh cosh selu elu mish",
     "elementwise": "add subtract multiply divide floor_divide maximum minimum relu leakyrelu prelu where "
-                   "greater greater_equal less less_equal equal not_equal negative abs clip floor ceil round "
-                   "sign square logical_and logical_or logical_not bitwise_and bitwise_or mod floor_mod "
-                   "isnan isinf isfinite dropout relu6 hardswish hardsigmoid trunc",
+    "greater greater_equal less less_equal equal not_equal negative abs clip floor ceil round "
+    "sign square logical_and logical_or logical_not bitwise_and bitwise_or mod floor_mod "
+    "isnan isinf isfinite dropout relu6 hardswish hardsigmoid trunc",
     "layout": "reshape permute_dims transpose broadcast_to expand_dims squeeze flatten strided_slice "
-              "dynamic_strided_slice concat concatenate split repeat tile flip pad layout_transform "
-              "collapse_sum_like collapse_sum_to",
+    "dynamic_strided_slice concat concatenate split repeat tile flip pad layout_transform "
+    "collapse_sum_like collapse_sum_to",
     "gather": "take gather_elements gather_nd scatter_elements scatter_nd index_tensor one_hot embedding",
     "cast": "astype cast",
     "create": "full full_like zeros zeros_like ones ones_like arange tril triu eye",
@@ -84,13 +87,19 @@ for _cls, _names in {
 EXTRA_WORK_PER_ELEMENT = {"transcendental": 20.0, "softmax": 12.0}
 
 #: Names TVM's legalization gives kernels (``fused_<name>N_llvm_...``) that differ from the Relax op.
-_ALIASES = {"transpose": "permute_dims", "cast": "astype", "concatenate": "concat", "gather": "gather_elements",
-            "T": None}
-_NN_OPS = {"softmax", "log_softmax", "gelu", "gelu_tanh", "relu", "silu", "layer_norm", "batch_norm",
-           "group_norm", "rms_norm", "instance_norm", "conv1d", "conv2d", "conv3d", "conv1d_transpose",
-           "conv2d_transpose", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
-           "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "dropout",
-           "leakyrelu", "prelu", "pad", "softplus", "selu", "attention"}
+_ALIASES = {
+    "transpose": "permute_dims",
+    "cast": "astype",
+    "concatenate": "concat",
+    "gather": "gather_elements",
+    "T": None,
+}
+_NN_OPS = set(
+    "softmax log_softmax gelu gelu_tanh relu silu layer_norm batch_norm group_norm rms_norm instance_norm "
+    "conv1d conv2d conv3d conv1d_transpose conv2d_transpose max_pool1d max_pool2d max_pool3d avg_pool1d "
+    "avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d dropout leakyrelu "
+    "prelu pad softplus selu attention".split()
+)
 _ND_NAME = re.compile(r"^(.*[123]d)\d*$")  # conv2d1 -> conv2d, max_pool2d -> max_pool2d
 _TARGET_MARKERS = re.compile(r"_(llvm|cuda|rocm|metal|vulkan|opencl|c)(?=_|$)")
 
@@ -126,7 +135,7 @@ def ops_from_func_name(func_name: str) -> list[str]:
     the kernel name, which TVM builds from every fused op, fills those in.
     """
     text = _TARGET_MARKERS.sub("", str(func_name or ""))
-    text = text[len("fused_"):] if text.startswith("fused_") else text
+    text = text[len("fused_") :] if text.startswith("fused_") else text
     pieces = [p for p in text.split("_") if p]
     known = set(_CLASS_OF) | _NN_OPS | set(_ALIASES)
     out, i = [], 0
@@ -134,7 +143,7 @@ def ops_from_func_name(func_name: str) -> list[str]:
         for width in (3, 2, 1):
             if i + width > len(pieces):
                 continue
-            cand = "_".join(pieces[i:i + width])
+            cand = "_".join(pieces[i : i + width])
             nd = _ND_NAME.match(cand)
             stripped = nd.group(1) if nd else cand.rstrip("0123456789")
             if stripped in known:
@@ -237,8 +246,15 @@ def stream_lines(dims, elem_bytes: int, *, limit: int = 1 << 15) -> np.ndarray:
 
 def _stream_features(dims, elem_bytes: int) -> dict:
     """``mem_*`` features of the innermost strided stream (see the module notes)."""
-    feats = {"mem_lines": 0.0, "mem_stride": 0.0, "mem_stride_pow2": 0.0, "mem_l1_over": 0.0, "mem_l2_over": 0.0,
-             "mem_pages": 0.0, "mem_level": 0.0}
+    feats = {
+        "mem_lines": 0.0,
+        "mem_stride": 0.0,
+        "mem_stride_pow2": 0.0,
+        "mem_l1_over": 0.0,
+        "mem_l2_over": 0.0,
+        "mem_pages": 0.0,
+        "mem_level": 0.0,
+    }
     dims = [(int(s), int(e)) for s, e in dims if int(e) > 1]
     if not dims:
         return feats
@@ -246,7 +262,9 @@ def _stream_features(dims, elem_bytes: int) -> dict:
     stride_bytes = max(s for s, _ in dims) * elem_bytes
     feats["mem_lines"] = _log2(lines.size)
     feats["mem_stride"] = _log2(stride_bytes)
-    feats["mem_stride_pow2"] = float(min(20, (stride_bytes & -stride_bytes).bit_length() - 1)) if stride_bytes else 0.0
+    feats["mem_stride_pow2"] = (
+        float(min(20, (stride_bytes & -stride_bytes).bit_length() - 1)) if stride_bytes else 0.0
+    )
     level = 0
     for i, (name, _line, sets, ways) in enumerate(CACHE_LEVELS):
         per_set = np.bincount(lines % sets, minlength=sets)
@@ -292,11 +310,21 @@ def _conv(attrs, shapes, eb) -> tuple[dict, list]:
     kh, kw = (ksp + [1, 1])[:2] if nd >= 2 else (1, ksp[0])
     oh, ow = (out + [1, 1])[:2] if nd >= 2 else (1, out[0])
     f = {
-        "conv_cin": _log2(c), "conv_cout": _log2(o), "conv_h": _log2(h), "conv_w": _log2(w),
-        "conv_oh": _log2(oh), "conv_ow": _log2(ow), "conv_kh": float(kh), "conv_kw": float(kw),
-        "conv_stride": float(max(strides)), "conv_pad": float(sum(pad)), "conv_dilation": float(max(dil)),
-        "conv_groups": _log2(groups), "conv_depthwise": float(groups > 1 and groups == c),
-        "conv_cin_per_group": _log2(c // max(1, groups)), "conv_channels_last": float(layout.endswith("C")),
+        "conv_cin": _log2(c),
+        "conv_cout": _log2(o),
+        "conv_h": _log2(h),
+        "conv_w": _log2(w),
+        "conv_oh": _log2(oh),
+        "conv_ow": _log2(ow),
+        "conv_kh": float(kh),
+        "conv_kw": float(kw),
+        "conv_stride": float(max(strides)),
+        "conv_pad": float(sum(pad)),
+        "conv_dilation": float(max(dil)),
+        "conv_groups": _log2(groups),
+        "conv_depthwise": float(groups > 1 and groups == c),
+        "conv_cin_per_group": _log2(c // max(1, groups)),
+        "conv_channels_last": float(layout.endswith("C")),
     }
     if layout.endswith("C"):  # NHWC: channels are contiguous
         return f, [(1, c // max(1, groups)), (padded[-1] * c if nd >= 1 else 1, kh)]
@@ -331,7 +359,7 @@ def _reduce(attrs, shape, eb) -> tuple[dict, list]:
     if inner or not axes:
         return f, []
     a = max(axes)
-    return f, [(_prod(shape[a + 1:]), shape[a])]
+    return f, [(_prod(shape[a + 1 :]), shape[a])]
 
 
 def _permute(attrs, shape, eb) -> tuple[dict, list]:
@@ -345,7 +373,7 @@ def _permute(attrs, shape, eb) -> tuple[dict, list]:
     if not moves:
         return f, []
     # Output written in order; its innermost loop reads the input along axes[-1].
-    return f, [(_prod(shape[axes[-1] + 1:]), shape[axes[-1]])]
+    return f, [(_prod(shape[axes[-1] + 1 :]), shape[axes[-1]])]
 
 
 def _row(attrs, shape, eb) -> tuple[dict, list]:
@@ -356,11 +384,34 @@ def _row(attrs, shape, eb) -> tuple[dict, list]:
 
 
 _GEOMETRY_FEATURES = (
-    "mm_batch", "mm_m", "mm_n", "mm_k",
-    "conv_cin", "conv_cout", "conv_h", "conv_w", "conv_oh", "conv_ow", "conv_kh", "conv_kw", "conv_stride",
-    "conv_pad", "conv_dilation", "conv_groups", "conv_depthwise", "conv_cin_per_group", "conv_channels_last",
-    "pool_window", "pool_stride", "red_len", "red_inner", "perm_moves_inner", "row_len", "row_inner",
-    "gather_table", "concat_inputs",
+    "mm_batch",
+    "mm_m",
+    "mm_n",
+    "mm_k",
+    "conv_cin",
+    "conv_cout",
+    "conv_h",
+    "conv_w",
+    "conv_oh",
+    "conv_ow",
+    "conv_kh",
+    "conv_kw",
+    "conv_stride",
+    "conv_pad",
+    "conv_dilation",
+    "conv_groups",
+    "conv_depthwise",
+    "conv_cin_per_group",
+    "conv_channels_last",
+    "pool_window",
+    "pool_stride",
+    "red_len",
+    "red_inner",
+    "perm_moves_inner",
+    "row_len",
+    "row_inner",
+    "gather_table",
+    "concat_inputs",
 )
 
 
@@ -397,14 +448,38 @@ def _geometry(record: Mapping, eb: int) -> tuple[dict, list]:
 # -- the feature dict ------------------------------------------------------------------------------
 def feature_names() -> list[str]:
     """Names of :func:`record_features`, in a fixed order (independent of any data)."""
-    names = ["size_flops", "size_bytes_in", "size_bytes_out", "size_bytes", "size_max_arg", "size_out_elems",
-             "size_intensity", "size_args", "size_outputs", "size_ops", "size_distinct_ops", "size_out_rank",
-             "size_out_inner", "size_in_inner", "size_bits", "size_int_args", "size_scalar_args",
-             "size_broadcast_args"]
+    names = [
+        "size_flops",
+        "size_bytes_in",
+        "size_bytes_out",
+        "size_bytes",
+        "size_max_arg",
+        "size_out_elems",
+        "size_intensity",
+        "size_args",
+        "size_outputs",
+        "size_ops",
+        "size_distinct_ops",
+        "size_out_rank",
+        "size_out_inner",
+        "size_in_inner",
+        "size_bits",
+        "size_int_args",
+        "size_scalar_args",
+        "size_broadcast_args",
+    ]
     names += [f"cls_{c}" for c in OP_CLASSES]
     names += [f"anchor_cls_{c}" for c in OP_CLASSES]
     names += list(_GEOMETRY_FEATURES)
-    names += ["mem_lines", "mem_stride", "mem_stride_pow2", "mem_l1_over", "mem_l2_over", "mem_pages", "mem_level"]
+    names += [
+        "mem_lines",
+        "mem_stride",
+        "mem_stride_pow2",
+        "mem_l1_over",
+        "mem_l2_over",
+        "mem_pages",
+        "mem_level",
+    ]
     return names
 
 
@@ -432,22 +507,30 @@ def record_features(record: Mapping) -> dict:
     dtypes = [str(d) for d in (_get(record, "arg_dtypes") or ["float32"] * len(shapes))]
     dtypes = (dtypes + ["float32"] * len(shapes))[: len(shapes)]
     n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
-    ins, outs = shapes[: len(shapes) - n_out], shapes[len(shapes) - n_out:]
+    ins, outs = shapes[: len(shapes) - n_out], shapes[len(shapes) - n_out :]
     arg_bytes = [_nbytes(s, d) for s, d in zip(shapes, dtypes)]
     bytes_in = float(_get(record, "bytes_in", sum(arg_bytes[: len(ins)])))
-    bytes_out = float(_get(record, "bytes_out", sum(arg_bytes[len(ins):])))
+    bytes_out = float(_get(record, "bytes_out", sum(arg_bytes[len(ins) :])))
     out_elems = sum(_prod(s) for s in outs)
     flops = float(_get(record, "flops", out_elems))
     ops = unit_ops(record)
     out0 = outs[0] if outs else []
     in0 = ins[0] if ins else []
     feats.update(
-        size_flops=_log2(flops), size_bytes_in=_log2(bytes_in), size_bytes_out=_log2(bytes_out),
-        size_bytes=_log2(bytes_in + bytes_out), size_max_arg=_log2(max(arg_bytes, default=0)),
-        size_out_elems=_log2(out_elems), size_intensity=math.log2((flops + 1.0) / (bytes_in + bytes_out + 1.0)),
-        size_args=float(len(shapes)), size_outputs=float(n_out), size_ops=float(len(ops)),
-        size_distinct_ops=float(len(set(ops))), size_out_rank=float(len(out0)),
-        size_out_inner=_log2(out0[-1] if out0 else 1), size_in_inner=_log2(in0[-1] if in0 else 1),
+        size_flops=_log2(flops),
+        size_bytes_in=_log2(bytes_in),
+        size_bytes_out=_log2(bytes_out),
+        size_bytes=_log2(bytes_in + bytes_out),
+        size_max_arg=_log2(max(arg_bytes, default=0)),
+        size_out_elems=_log2(out_elems),
+        size_intensity=math.log2((flops + 1.0) / (bytes_in + bytes_out + 1.0)),
+        size_args=float(len(shapes)),
+        size_outputs=float(n_out),
+        size_ops=float(len(ops)),
+        size_distinct_ops=float(len(set(ops))),
+        size_out_rank=float(len(out0)),
+        size_out_inner=_log2(out0[-1] if out0 else 1),
+        size_in_inner=_log2(in0[-1] if in0 else 1),
         size_bits=float(max((_bits(d) for d in dtypes), default=32)),
         size_int_args=float(sum(not d.startswith(("float", "bfloat")) for d in dtypes)),
         size_scalar_args=float(sum(_prod(s) <= 1 for s in ins)),
@@ -488,7 +571,7 @@ def work(record: Mapping) -> float:
         except (TypeError, ValueError):
             flops = 1.0
     n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
-    out_elems = sum(_prod(s) for s in shapes[len(shapes) - n_out:])
+    out_elems = sum(_prod(s) for s in shapes[len(shapes) - n_out :])
     extra = sum(EXTRA_WORK_PER_ELEMENT.get(op_class(op), 0.0) for op in unit_ops(record))
     total = flops + extra * out_elems
     return max(1.0, total if math.isfinite(total) else 1.0)
@@ -521,11 +604,23 @@ def features_from_unit(unit, graph=None, target_kind: str | None = None, model_n
         record.pop("measured_at", None)
         return record
     ops = list(unit.ops)
-    return dict(kind="unit", key=unit.key, target=kind, model=model_name, func_name=unit.func_name, ops=ops,
-                anchor_op=ops[0] if ops else unit.func_name, anchor_attrs={}, anchor_input_shapes=[],
-                arg_shapes=[list(s) for s in unit.arg_shapes], arg_dtypes=list(unit.arg_dtypes),
-                num_outputs=unit.num_outputs, flops=math.nan, bytes_in=unit.nbytes_in,
-                bytes_out=unit.nbytes_out)
+    return dict(
+        kind="unit",
+        key=unit.key,
+        target=kind,
+        model=model_name,
+        func_name=unit.func_name,
+        ops=ops,
+        anchor_op=ops[0] if ops else unit.func_name,
+        anchor_attrs={},
+        anchor_input_shapes=[],
+        arg_shapes=[list(s) for s in unit.arg_shapes],
+        arg_dtypes=list(unit.arg_dtypes),
+        num_outputs=unit.num_outputs,
+        flops=math.nan,
+        bytes_in=unit.nbytes_in,
+        bytes_out=unit.nbytes_out,
+    )
 
 
 def as_records(units) -> list:

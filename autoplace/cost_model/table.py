@@ -20,7 +20,6 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..errors import AutoplaceError
 from .cost_model import CostModel, create, load
 from .features import as_records, features_from_unit
 
@@ -103,6 +102,44 @@ class CostTable:
         _warn_foreign_model(model, df)
         self.model = model
 
+    @classmethod
+    def from_profile(cls, profile_dir: str, model: CostModel | str | None = "auto") -> CostTable:
+        """The table of a profile folder, with its saved model (``<dir>/cost_model.json``).
+
+        ``model="auto"``: the saved model if there is one, else an XGBoost model trained now.
+        """
+        from ..profile import ProfileStore
+        from .train import default_model_path
+
+        if model == "auto":
+            path = default_model_path(profile_dir)
+            model = path if os.path.exists(path) else "xgb"
+        return cls(ProfileStore(profile_dir).records(), model=model)
+
+    def end_to_end_us(self, units, target_label: str, *, graph=None) -> float:
+        """Predicted latency of a model built entirely on one device, in microseconds.
+
+        Parameters
+        ----------
+        units : list of unit records or autoplace.profile.Unit
+            The kernels the model launches, in order, with repeats (``extract_units``).
+        target_label : str
+            The device (``"llvm:0"``).
+        graph : networkx.DiGraph, optional
+            The op graph the Units come from.
+
+        Notes
+        -----
+        ``invoke_us + len(units) * launch_us + sum of kernel latencies`` (each lookup first).
+        """
+        kind = _kind_of(target_label)
+        frame = self.latencies(list(units), kind, graph=graph)
+        return (
+            self.invoke_us(target_label, default=0.0)
+            + len(frame) * self.launch_us(target_label, default=0.0)
+            + float(frame["latency_us"].sum())
+        )
+
     # -- kernels -------------------------------------------------------------------------------------
     def unit_latency_us(self, unit, target_kind: str | None = None, *, graph=None) -> tuple[float, str]:
         """Latency of one kernel and where it comes from.
@@ -141,7 +178,9 @@ class CostTable:
         if isinstance(units, pd.DataFrame):
             recs = as_records(units)
         else:
-            units = [units] if (isinstance(units, (dict, pd.Series)) or hasattr(units, "prim_func")) else units
+            units = (
+                [units] if (isinstance(units, (dict, pd.Series)) or hasattr(units, "prim_func")) else units
+            )
             recs = [features_from_unit(u, graph) if hasattr(u, "prim_func") else u for u in units]
         rows, todo = [], []
         for i, rec in enumerate(recs):
@@ -158,8 +197,10 @@ class CostTable:
         if todo:
             if self.model is None:
                 missing = [rows[i]["key"] for i in todo[:3]]
-                raise KeyError(f"kernels {missing}{'...' if len(todo) > 3 else ''} were not measured and this "
-                               "CostTable has no cost model: pass model='xgb' (or a trained model)")
+                raise KeyError(
+                    f"kernels {missing}{'...' if len(todo) > 3 else ''} were not measured and this "
+                    "CostTable has no cost model: pass model='xgb' (or a trained model)"
+                )
             sub = [recs[i] for i in todo]
             targets = [rows[i]["target"] for i in todo]
             lat = np.empty(len(todo))
@@ -171,8 +212,11 @@ class CostTable:
                 for j, ops in zip(idx, self.model.unseen_ops(part, target=tgt)):
                     unseen[j] = ops
             for j, i in enumerate(todo):
-                rows[i].update(latency_us=float(lat[j]), unseen_ops=unseen[j],
-                               source=PREDICTED_UNSEEN_OP if unseen[j] else PREDICTED)
+                rows[i].update(
+                    latency_us=float(lat[j]),
+                    unseen_ops=unseen[j],
+                    source=PREDICTED_UNSEEN_OP if unseen[j] else PREDICTED,
+                )
         return pd.DataFrame(rows, columns=["key", "target", "latency_us", "source", "unseen_ops"])
 
     # -- launches and copies -------------------------------------------------------------------------
@@ -190,8 +234,10 @@ class CostTable:
             return float(np.mean(same))
         if default is not None:
             return float(default)
-        raise KeyError(f"no launch-overhead record for {label!r} (have {sorted(self.launch_)}); "
-                       "profile with copies enabled (autoplace profile without --no-copies)")
+        raise KeyError(
+            f"no launch-overhead record for {label!r} (have {sorted(self.launch_)}); "
+            "profile with copies enabled (autoplace profile without --no-copies)"
+        )
 
     def invoke_us(self, target_label: str, default: float | None = None) -> float:
         """Fixed VM cost of one call of a model's ``main`` on a device, in microseconds (besides its
@@ -220,12 +266,17 @@ class CostTable:
         if pair in self.copy_:
             return self.copy_[pair]
         kinds = (_kind_of(src), _kind_of(dst))
-        same = [v for k, v in self.copy_.items()
-                if "->" in k and tuple(_kind_of(p) for p in k.split("->", 1)) == kinds]
+        same = [
+            v
+            for k, v in self.copy_.items()
+            if "->" in k and tuple(_kind_of(p) for p in k.split("->", 1)) == kinds
+        ]
         if same:
             return float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same]))
-        raise KeyError(f"no copy fit for {pair} (have {sorted(self.copy_)}); profile both devices together "
-                       "(autoplace profile --targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}')")
+        raise KeyError(
+            f"no copy fit for {pair} (have {sorted(self.copy_)}); profile both devices together "
+            '(autoplace profile --targets \'{"cpu": "llvm", "gpu": "cuda"}\')'
+        )
 
     def copy_us(self, src_label: str, dst_label: str, nbytes: float) -> float:
         """Predicted time of one copy of ``nbytes`` bytes: ``alpha_us + nbytes * us_per_byte``."""
@@ -233,8 +284,10 @@ class CostTable:
         return 0.0 if src_label == dst_label else alpha + float(nbytes) * per_byte
 
     def __repr__(self) -> str:
-        return (f"CostTable({len(self.measured_)} measured kernels, {len(self.launch_)} launch records, "
-                f"{len(self.copy_)} copy fits, model={type(self.model).__name__ if self.model else None})")
+        return (
+            f"CostTable({len(self.measured_)} measured kernels, {len(self.launch_)} launch records, "
+            f"{len(self.copy_)} copy fits, model={type(self.model).__name__ if self.model else None})"
+        )
 
 
 def _warn_foreign_model(model: CostModel, df: pd.DataFrame) -> None:
@@ -245,5 +298,9 @@ def _warn_foreign_model(model: CostModel, df: pd.DataFrame) -> None:
     if ids and getattr(model, "hardware_id_", None) not in ids:
         from ..profile import ForeignProfileWarning
 
-        warnings.warn(f"the cost model was trained on {model.hardware_id_!r} records but the table's profile is "
-                      f"from {sorted(ids)}", ForeignProfileWarning, stacklevel=3)
+        warnings.warn(
+            f"the cost model was trained on {model.hardware_id_!r} records but the table's profile is "
+            f"from {sorted(ids)}",
+            ForeignProfileWarning,
+            stacklevel=3,
+        )

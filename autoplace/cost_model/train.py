@@ -16,8 +16,17 @@ def default_model_path(profile_dir: str) -> str:
     return os.path.join(profile_dir, MODEL_FILE)
 
 
-def train(profile, out: str | None = None, *, target: str | list | None = None, model: str | CostModel = "xgb",
-          save: bool = True, allow_foreign: bool = False, hardware_id: str | None = None, **params) -> CostModel:
+def train(
+    profile,
+    out: str | None = None,
+    *,
+    target: str | list | None = None,
+    model: str | CostModel = "xgb",
+    save: bool = True,
+    allow_foreign: bool = False,
+    hardware_id: str | None = None,
+    **params,
+) -> CostModel:
     """Fit a cost model on a profile and save it.
 
     Parameters

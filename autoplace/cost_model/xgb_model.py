@@ -11,8 +11,6 @@ and stays in range), and a kernel twice the size predicts twice the time.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -45,6 +43,14 @@ class XGBCostModel(CostModel):
         notes); ``None``: trees learn log latency directly.
     op_features : bool
         Also count each exact op name seen in training (besides the op-class counts every record has).
+    num_parallel_tree : int
+        Trees per round (averaged): > 1 with row/column sampling makes a boosted random forest.
+    monotone : bool
+        Constrain the predicted time per work not to decrease as the cache-overflow features grow
+        (:data:`MONOTONE`).
+    weight_by_time : float
+        Weight each training kernel by ``(1 + ln latency_us) ** weight_by_time`` (0: all equal): the
+        long kernels, which decide a model's end-to-end latency, count more.
     drop_features : tuple of str
         Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
     random_state : int
@@ -76,11 +82,24 @@ class XGBCostModel(CostModel):
 
     kind = "xgb"
 
-    def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 4,
-                 min_child_weight: float = 1.0, subsample: float = 0.8, colsample_bytree: float = 0.8,
-                 reg_lambda: float = 1.0, base_margin: str | None = "work", op_features: bool = False,
-                 num_parallel_tree: int = 1, monotone: bool = False, weight_by_time: float = 1.0, drop_features: tuple = (),
-                 random_state: int = 0, n_jobs: int = 1):
+    def __init__(
+        self,
+        n_estimators: int = 600,
+        learning_rate: float = 0.05,
+        max_depth: int = 4,
+        min_child_weight: float = 1.0,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        reg_lambda: float = 1.0,
+        base_margin: str | None = "work",
+        op_features: bool = False,
+        num_parallel_tree: int = 1,
+        monotone: bool = False,
+        weight_by_time: float = 1.0,
+        drop_features: tuple = (),
+        random_state: int = 0,
+        n_jobs: int = 1,
+    ):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
@@ -125,8 +144,12 @@ class XGBCostModel(CostModel):
     def _fit(self, units: pd.DataFrame) -> None:
         import xgboost as xgb
 
-        self.ops_ = sorted({op for t in self.target_kinds_ for op in self.op_vocab_[t]}) if self.op_features else []
-        names = (feature_names() + [f"target={t}" for t in self.target_kinds_] + [f"op:{op}" for op in self.ops_])
+        self.ops_ = (
+            sorted({op for t in self.target_kinds_ for op in self.op_vocab_[t]}) if self.op_features else []
+        )
+        names = (
+            feature_names() + [f"target={t}" for t in self.target_kinds_] + [f"op:{op}" for op in self.ops_]
+        )
         drop = tuple(self.drop_features or ())
         self.feature_names_ = [n for n in names if not (drop and n.startswith(drop))]
         recs = [row for _, row in units.iterrows()]
@@ -137,21 +160,29 @@ class XGBCostModel(CostModel):
             self.offset_ = float(np.mean(y - np.log([_work(r) for r in recs])))
         else:
             self.offset_ = float(np.mean(y))
-        weight = None
-        if self.weight_by_time:
-            weight = (1.0 + np.maximum(y - np.log(1.0), 0.0)) ** self.weight_by_time
-        dtrain = xgb.DMatrix(x, label=y, weight=weight, base_margin=self._margin(recs),
-                             feature_names=self._xgb_names())
+        # Long kernels decide end-to-end latency: weight each record by (1 + ln latency_us)^weight_by_time.
+        weight = (1.0 + np.maximum(y, 0.0)) ** self.weight_by_time if self.weight_by_time else None
+        dtrain = xgb.DMatrix(
+            x, label=y, weight=weight, base_margin=self._margin(recs), feature_names=self._xgb_names()
+        )
         params = {
-            "objective": "reg:squarederror", "eta": self.learning_rate, "max_depth": self.max_depth,
-            "min_child_weight": self.min_child_weight, "subsample": self.subsample,
-            "colsample_bytree": self.colsample_bytree, "lambda": self.reg_lambda, "seed": self.random_state,
-            "nthread": self.n_jobs, "tree_method": "exact", "base_score": 0.0,
+            "objective": "reg:squarederror",
+            "eta": self.learning_rate,
+            "max_depth": self.max_depth,
+            "min_child_weight": self.min_child_weight,
+            "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree,
+            "lambda": self.reg_lambda,
+            "seed": self.random_state,
+            "nthread": self.n_jobs,
+            "tree_method": "exact",
+            "base_score": 0.0,
             "num_parallel_tree": self.num_parallel_tree,
         }
         if self.monotone:
-            params["monotone_constraints"] = "(" + ",".join(
-                str(MONOTONE.get(n, 0)) for n in self.feature_names_) + ")"
+            params["monotone_constraints"] = (
+                "(" + ",".join(str(MONOTONE.get(n, 0)) for n in self.feature_names_) + ")"
+            )
         self.booster_ = xgb.train(params, dtrain, num_boost_round=self.n_estimators)
 
     def _xgb_names(self) -> list[str]:
@@ -188,7 +219,7 @@ class XGBCostModel(CostModel):
         import xgboost as xgb
 
         self.feature_names_ = list(state["feature_names"])
-        self.ops_ = [n[len("op:"):] for n in self.feature_names_ if n.startswith("op:")]
+        self.ops_ = [n[len("op:") :] for n in self.feature_names_ if n.startswith("op:")]
         self.offset_ = float(state["offset"])
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
