@@ -83,7 +83,7 @@ def cmd_profile(args) -> int:
     print(f"profiling into {store.path}")
     timer = KernelTimer(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
     summary = profile_models(_models(args), _targets(args.targets), store, copies=not args.no_copies,
-                             timer=timer, progress=not args.no_progress)
+                             timer=timer, progress=not args.no_progress, redo=args.redo or ())
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -203,6 +203,11 @@ def cmd_demo(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # its own parser (autoplace train --help)
+        from .cost_model.cli import train_main
+
+        return train_main(argv[1:])
     parser = argparse.ArgumentParser(prog="autoplace", description="Measured, optimal CPU/GPU placement for TVM Relax")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -217,6 +222,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-repeat-ms", type=int, default=20)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel before it counts as failed")
     p.add_argument("--no-copies", action="store_true")
+    p.add_argument("--redo", nargs="*", choices=["unit", "model", "launch", "copy", "copy_fit"],
+                   help="measure these record kinds again (the newest record of a key wins)")
     p.add_argument("--bundle", help="compile into this folder for another machine instead of measuring here")
     p.add_argument("--merge", help="merge a records.jsonl written by a bundle's runner.py into --out")
     p.add_argument("--no-progress", action="store_true")

@@ -21,7 +21,8 @@ from autoplace.profile import ProfileStore, profile_models
 
 
 def predicted_from_records(df: pd.DataFrame, model_name: str, kind: str = "llvm") -> dict:
-    units = df[(df.kind == "unit") & (df.status == "ok") & (df.target == kind)].set_index("key")["median_us"]
+    units = df[(df.kind == "unit") & (df.status == "ok") & (df.target == kind)]
+    units = units.drop_duplicates("key", keep="last").set_index("key")["median_us"]  # the newest record wins
     model = df[(df.kind == "model") & (df.key == model_name) & (df.target == kind)].iloc[-1]
     launch = df[(df.kind == "launch") & (df.target.str.startswith(kind))].iloc[-1]
     keys = list(model["unit_keys"])

@@ -83,6 +83,7 @@ def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repe
 
 
 def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True, end_to_end: bool = True,
+                   redo: Iterable[str] = (),
                    copy_sizes=DEFAULT_COPY_SIZES, timer: KernelTimer | None = None, progress: bool = True,
                    log=print) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
@@ -99,6 +100,9 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         Also measure copies between every ordered pair of targets, and the VM call overhead.
     end_to_end : bool
         Also time each model built entirely on each target (``kind="model"`` records).
+    redo : iterable of str
+        Record kinds to measure again even if present (e.g. ``("model",)`` after a run disturbed by
+        other load). The store is append-only: readers take the latest record of a key.
     """
     targets = TargetSet(targets)
     skipped_targets = targets.unavailable()
@@ -106,7 +110,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     kinds = {}
     for name in runnable:
         kinds.setdefault(targets[name].kind, name)  # one profile per target kind
-    done = store.done()
+    redo = set(redo)
+    done = {tag for tag in store.done() if tag[0] not in redo}
     todo, seen, total_units = [], set(), 0
     model_runs = []
     started = time.perf_counter()
