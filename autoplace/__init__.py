@@ -6,14 +6,13 @@ Data flows one way through the package:
 Relax) -> ``build`` (compile, run) -> ``compare`` (measure plans side by side).
 """
 
+from .comparison import compare
 from .errors import AssignmentError, AutoplaceError, ModelError, TargetError
 from .frontend import Model, load_model
 from .graph import op_graph
-from .comparison import compare
 from .optimizer import OptimizeResult, optimize
 from .place import Placement, place
 from .targets import TargetSet
-
 
 __version__ = "0.1.0"
 
@@ -27,8 +26,8 @@ __all__ = [
     "TargetError",
     "TargetSet",
     "compare",
-    "optimize",
     "load_model",
     "op_graph",
+    "optimize",
     "place",
 ]

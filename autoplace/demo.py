@@ -24,7 +24,7 @@ def demo_targets() -> tuple[dict, str]:
             folders = find_profiles({"cuda", "llvm"})
             note += (f"; no GPU here, and a GPU profile exists ({', '.join(os.path.basename(f) for f in folders)}): "
                      "see `autoplace optimize --targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}'` to plan for it")
-        except Exception:  # noqa: BLE001 - no GPU profile committed yet
+        except Exception:
             note += "; no GPU here and no committed GPU profile, so the demo plans for CPU devices only"
     return targets, note
 

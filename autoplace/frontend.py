@@ -176,14 +176,14 @@ def _load_path(path: str, params, name):
         return normalize(mod, params, name=name or base)
     import runpy
 
-    from tvm.script import ir as I  # noqa: N812 - the names TVMScript uses
-    from tvm.script import relax as R  # noqa: N812
-    from tvm.script import tirx as T  # noqa: N812
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+    from tvm.script import tirx as T
 
     try:
         # A .py file, or TVMScript as printed by mod.script() (its imports are comments: give the names).
         namespace = runpy.run_path(path, init_globals={"I": I, "R": R, "T": T, "tvm": tvm})
-    except Exception as err:  # noqa: BLE001 - any error in the user's file
+    except Exception as err:
         raise ModelError(f"{path}: cannot run it as TVMScript/Python: {type(err).__name__}: {err}") from None
     modules = [v for k, v in namespace.items() if isinstance(v, tvm.IRModule) and not k.startswith("_")]
     if not modules:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from .errors import AutoplaceError
-from .frontend import Model, load_model
+from .frontend import load_model
 from .graph import op_graph, resolve_assignment, select_nodes
 from .place import Placement, place
 from .targets import TargetSet

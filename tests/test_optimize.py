@@ -5,14 +5,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from conftest import assert_outputs_close
 
 import autoplace
 from autoplace import zoo
 from autoplace.optimizer import CostError
 from autoplace.solve import InfeasiblePlacementError, PlacementError
-from conftest import assert_outputs_close
 
 TWO = {"cpu0": "llvm", "cpu1": "llvm"}
 THREE = {"cpu0": "llvm", "cpu1": "llvm", "cpu2": "llvm"}

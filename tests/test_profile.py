@@ -13,7 +13,13 @@ import pytest
 import tvm
 
 from autoplace import zoo
-from autoplace.profile import CorruptRecordWarning, ForeignProfileWarning, KernelTimer, ProfileStore, extract_units
+from autoplace.profile import (
+    CorruptRecordWarning,
+    ForeignProfileWarning,
+    KernelTimer,
+    ProfileStore,
+    extract_units,
+)
 
 
 def test_units_cover_every_kernel_launch_and_dedupe_repeated_layers():

@@ -56,7 +56,7 @@ CACHE_LEVELS = (("l1", 64, 64, 8), ("l2", 64, 1024, 8))
 
 #: Op classes, in feature order. An op's class comes from its short name (see :func:`op_class`).
 OP_CLASSES = tuple(
-    "matmul conv pool norm softmax reduce transcendental elementwise layout gather cast create other".split()
+    ["matmul", "conv", "pool", "norm", "softmax", "reduce", "transcendental", "elementwise", "layout", "gather", "cast", "create", "other"]
 )
 
 _CLASS_OF = {}
@@ -95,10 +95,7 @@ _ALIASES = {
     "T": None,
 }
 _NN_OPS = set(
-    "softmax log_softmax gelu gelu_tanh relu silu layer_norm batch_norm group_norm rms_norm instance_norm "
-    "conv1d conv2d conv3d conv1d_transpose conv2d_transpose max_pool1d max_pool2d max_pool3d avg_pool1d "
-    "avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d dropout leakyrelu "
-    "prelu pad softplus selu attention".split()
+    ["softmax", "log_softmax", "gelu", "gelu_tanh", "relu", "silu", "layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm", "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "dropout", "leakyrelu", "prelu", "pad", "softplus", "selu", "attention"]
 )
 _ND_NAME = re.compile(r"^(.*[123]d)\d*$")  # conv2d1 -> conv2d, max_pool2d -> max_pool2d
 _TARGET_MARKERS = re.compile(r"_(llvm|cuda|rocm|metal|vulkan|opencl|c)(?=_|$)")
@@ -135,7 +132,7 @@ def ops_from_func_name(func_name: str) -> list[str]:
     the kernel name, which TVM builds from every fused op, fills those in.
     """
     text = _TARGET_MARKERS.sub("", str(func_name or ""))
-    text = text[len("fused_") :] if text.startswith("fused_") else text
+    text = text.removeprefix("fused_")
     pieces = [p for p in text.split("_") if p]
     known = set(_CLASS_OF) | _NN_OPS | set(_ALIASES)
     out, i = [], 0

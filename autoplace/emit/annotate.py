@@ -188,7 +188,7 @@ class _Emitter:
 
     # -- the rewrite ------------------------------------------------------------------------------
     def emit(self) -> AnnotatedModule:
-        model, targets, graph = self.model, self.targets, self.graph
+        model, targets = self.model, self.targets
         host = targets.host.name
         main = model.main
         inputs = model.input_vars

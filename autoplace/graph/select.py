@@ -32,7 +32,7 @@ def _is_op_name(key: str) -> bool:
     try:
         tvm.ir.Op.get(key)
         return True
-    except Exception:  # noqa: BLE001 - TVM raises its own error for unknown ops
+    except Exception:
         return False
 
 

@@ -75,7 +75,7 @@ def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repe
         samples = placement.runner.time_us(inputs, number=number, repeat=repeat)
         timing = dict(status="ok", median_us=float(np.median(samples)), min_us=float(np.min(samples)),
                       max_us=float(np.max(samples)), samples=len(samples))
-    except Exception as err:  # noqa: BLE001 - a model that fails here is recorded, not fatal
+    except Exception as err:
         timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
     return dict(kind="model", key=model.name, target=kind, unit_keys=[u.key for u in units],
                 ops=sum(1 for _, d in placement.graph.nodes(data=True) if d.get("kind") == "op"),

@@ -82,14 +82,14 @@ def _worker_measure(task: dict) -> dict:
     """Runs in the worker process: compile and time one kernel; errors become a record."""
     try:
         lib = compile_kernel(task["func_script"], task["target_json"])
-    except Exception as err:  # noqa: BLE001 - any compile failure means "unsupported here"
+    except Exception as err:
         return dict(status="error", error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
     if task.get("compile_only"):
         return dict(status="compiled")
     try:
         result = time_kernel(lib, task["kind"], task["arg_shapes"], task["arg_dtypes"], task["num_outputs"],
                              number=task["number"], repeat=task["repeat"], min_repeat_ms=task["min_repeat_ms"])
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return dict(status="error", error=f"run: {str(err).strip().splitlines()[-1][:300]}")
     return dict(status="ok", **result)
 
