@@ -26,7 +26,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..frontend import Model
+from ..frontend import Model, _Names
 from ..targets import TargetSet
 
 
@@ -89,15 +89,8 @@ class _Emitter:
         self.bindings: list = []
         self.in_dataflow = False
         self.copies: list = []
-        self.names: set = set()
-
-    def _name(self, hint: str) -> str:
-        name, k = hint, 0
-        while name in self.names:
-            k += 1
-            name = f"{hint}_{k}"
-        self.names.add(name)
-        return name
+        self._name = _Names()  # unique variable names, as the frontend makes them
+        self.names = self._name.used
 
     # -- locations --------------------------------------------------------------------------------
     def _copy(self, var, dst: str, dataflow: bool):
