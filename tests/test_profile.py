@@ -132,3 +132,20 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert (df["status"] == "ok").all()
     again = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))  # idempotent
     assert len(ProfileStore(again).records()) == len(df)
+
+
+def test_plan_bundle_times_placed_models_with_the_runner(tmp_path):
+    """Placed models (weights on their devices) built here and timed by the standalone runner."""
+    import autoplace
+    from autoplace.profile.remote import build_plan_bundle
+
+    two = {"cpu0": "llvm", "cpu1": "llvm"}
+    plans = {("seed003", "split"): autoplace.place(zoo.seed003(), None, {"relax.add#1": "cpu1"}, two),
+             ("mlp", "matmul-on-cpu1"): autoplace.place(zoo.mlp(), None, {"relax.matmul": "cpu1"}, two)}
+    bundle = tmp_path / "bundle"
+    build_plan_bundle(plans, str(bundle))
+    subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"],
+                   check=True, timeout=300, cwd=str(tmp_path))
+    records = [json.loads(line) for line in (bundle / "records.jsonl").read_text().splitlines()]
+    assert {r["key"] for r in records} == {"seed003:split", "mlp:matmul-on-cpu1"}
+    assert all(r["status"] == "ok" and r["median_us"] > 0 for r in records), records

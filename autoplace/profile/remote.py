@@ -150,3 +150,44 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
     log(f"merged {added} records into {store.path} ({bad} corrupt lines skipped); "
         f"median copy fits: {[(k, round(float(np.median([r['median_us'] for r in v])), 1)) for k, v in copies.items()]}")
     return store.path
+
+
+def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print) -> dict:
+    """Compile placed models for end-to-end timing on another machine with the same runner.
+
+    Parameters
+    ----------
+    plans : dict
+        ``{(model name, plan label): Placement}`` (e.g. autoplace's plan and every baseline of
+        :func:`autoplace.compare`, built here for a CPU+GPU box).
+
+    Each plan becomes a VM executable, its inputs (seeded random) and weights in an ``.npz``, and a
+    manifest item; ``runner.py`` times ``main`` with every argument on its device and writes
+    ``kind="plan"`` records (``key`` = ``"<model>:<plan>"``).
+    """
+    import numpy as np
+
+    os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
+    path = os.path.join(bundle_dir, "manifest.json")
+    manifest = json.load(open(path)) if os.path.exists(path) else dict(tvm_version=tvm.__version__, units=[])
+    manifest.setdefault("models", [])
+    for (model_name, label), placement in plans.items():
+        safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")
+        lib, arrays = os.path.join("lib", f"plan_{safe}.so"), os.path.join("lib", f"plan_{safe}.npz")
+        build(placement.mod, fuse=placement.fuse).export_library(os.path.join(bundle_dir, lib))
+        targets = placement.targets
+        inputs = placement.model.random_inputs(seed=seed)
+        values = list(inputs) + list(placement.params)
+        where = list(placement.annotated.input_targets) + list(placement.annotated.param_targets)
+        np.savez(os.path.join(bundle_dir, arrays), **{f"arg{i}": np.asarray(v) for i, v in enumerate(values)})
+        manifest["models"].append(dict(
+            record=dict(kind="plan", key=f"{model_name}:{label}", target=",".join(target_label(targets[t]) for t in targets),
+                        copies=len(placement.copies), copy_bytes=sum(c["nbytes"] for c in placement.copies),
+                        ops_per_target=placement.ops_per_target()),
+            file=lib, arrays=arrays, devices=[[targets[t].kind, targets[t].vdevice_id] for t in targets],
+            arg_devices=[targets[t].index for t in where]))
+    shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    log(f"bundle {bundle_dir}: {len(plans)} placed models for end-to-end timing")
+    return manifest

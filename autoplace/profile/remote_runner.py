@@ -153,7 +153,12 @@ def main(argv=None):
             else:
                 devices = [device(tvm, k, i) for k, i in item["devices"]]
                 machine = runtime_vm.VirtualMachine(lib, devices)
-                call_args = [tvm.runtime.tensor(np.zeros(s, dtype=d), devices[i]) for s, d, i in item["inputs"]]
+                if "arrays" in item:  # a placed model: inputs and weights saved, each with its device
+                    arrays = np.load(os.path.join(args.bundle, item["arrays"]))
+                    call_args = [tvm.runtime.tensor(arrays["arg%d" % i], devices[d])
+                                 for i, d in enumerate(item["arg_devices"])]
+                else:
+                    call_args = [tvm.runtime.tensor(np.zeros(s, dtype=d), devices[i]) for s, d, i in item["inputs"]]
                 machine["main"](*call_args)
                 timer = machine.time_evaluator("main", devices[0], **timing)
                 record.update(status="ok", **summary(np.asarray(timer(*call_args).results) * 1e6))
