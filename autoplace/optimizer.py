@@ -179,9 +179,13 @@ class OptimizeResult:
     def predicted_us(self) -> float:
         """Predicted end-to-end latency: the plan's kernels and copies plus the VM's cost of invoking
         ``main`` on the host (measured by the profiler; it does not depend on the placement)."""
-        invoke = getattr(self.costs, "invoke_", {}) or {}
-        host = self.targets.host
-        return float(self.plan.objective_us) + float(invoke.get(_label(host), 0.0))
+        invoke = getattr(self.costs, "invoke_us", None)
+        if invoke is None:
+            return float(self.plan.objective_us)
+        main = self.placement.mod["main"]
+        return float(self.plan.objective_us) + float(invoke(
+            _label(self.targets.host), 0.0, num_args=len(main.params),
+            output_bytes=self.placement.graph.nodes["output"].get("output_bytes", 0)))
 
     def run(self, *inputs):
         return self.placement.run(*inputs)

@@ -16,6 +16,7 @@ import tempfile
 
 import pandas as pd
 
+import autoplace
 from autoplace import zoo
 from autoplace.profile import ProfileStore, profile_models
 
@@ -29,6 +30,14 @@ def predicted_from_records(df: pd.DataFrame, model_name: str, kind: str = "llvm"
     kernels_us = float(sum(units[k] for k in keys))
     overhead_us = len(keys) * float(launch["median_us"])
     invoke_us = max(0.0, float(launch["single_call_us"]) - float(launch["median_us"]))
+    # Arguments beyond the first and the returned tensor's allocation (where the profile measured them).
+    model_obj = zoo.parse(model_name)
+    num_args = len(model_obj.main.params)
+    output_bytes = autoplace.op_graph(model_obj).nodes["output"]["output_bytes"]
+    if "per_arg_us" in launch and pd.notna(launch["per_arg_us"]):
+        invoke_us += float(launch["per_arg_us"]) * max(0, num_args - 1)
+    if "alloc_us_per_byte" in launch and pd.notna(launch["alloc_us_per_byte"]):
+        invoke_us += float(launch["alloc_us_per_byte"]) * output_bytes
     predicted = kernels_us + overhead_us + invoke_us
     return dict(model=model_name, kernels=len(keys), unique_kernels=len(set(keys)), kernels_us=kernels_us,
                 call_overhead_us=overhead_us + invoke_us, predicted_us=predicted,

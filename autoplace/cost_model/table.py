@@ -76,6 +76,8 @@ class CostTable:
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
+        self.per_arg_: dict = {}
+        self.alloc_: dict = {}
         self.copy_: dict = {}
         if not df.empty and "kind" in df:
             status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
@@ -93,6 +95,10 @@ class CostTable:
                     single = rec.get("single_call_us", np.nan)
                     if single is not None and np.isfinite(single):
                         self.invoke_[str(rec["target"])] = max(0.0, float(single) - float(rec["median_us"]))
+                    for column, into in (("per_arg_us", self.per_arg_), ("alloc_us_per_byte", self.alloc_)):
+                        value = rec.get(column, np.nan)
+                        if value is not None and np.isfinite(value):
+                            into[str(rec["target"])] = float(value)
             for _, rec in df[df["kind"] == "copy_fit"].iterrows():
                 self.copy_[str(rec["target"])] = (float(rec["alpha_us"]), float(rec["us_per_byte"]))
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
@@ -239,19 +245,23 @@ class CostTable:
             "profile with copies enabled (autoplace profile without --no-copies)"
         )
 
-    def invoke_us(self, target_label: str, default: float | None = None) -> float:
+    def invoke_us(self, target_label: str, default: float | None = None, *, num_args: int = 1,
+                  output_bytes: int = 0) -> float:
         """Fixed VM cost of one call of a model's ``main`` on a device, in microseconds (besides its
-        kernel launches): the launch record's ``single_call_us`` less one launch. Same fallbacks as
-        :meth:`launch_us`."""
+        kernel launches): the launch record's ``single_call_us`` less one launch, plus ``per_arg_us``
+        for each argument beyond the first and ``alloc_us_per_byte`` for the returned tensors (where
+        the profile measured them). Same fallbacks as :meth:`launch_us`."""
         label = str(target_label)
-        if label in self.invoke_:
-            return self.invoke_[label]
-        same = [v for k, v in self.invoke_.items() if _kind_of(k) == _kind_of(label)]
-        if same:
-            return float(np.mean(same))
-        if default is not None:
-            return float(default)
-        raise KeyError(f"no launch record with single_call_us for {label!r}; profile with copies enabled")
+        if label not in self.invoke_:
+            same = sorted(k for k in self.invoke_ if _kind_of(k) == _kind_of(label))
+            if not same:
+                if default is not None:
+                    return float(default)
+                raise KeyError(f"no launch record with single_call_us for {label!r}; profile with copies enabled")
+            label = same[0]
+        extra = self.per_arg_.get(label, 0.0) * max(0, int(num_args) - 1)
+        extra += self.alloc_.get(label, 0.0) * max(0, int(output_bytes))
+        return self.invoke_[label] + extra
 
     def copy_cost(self, src_label: str, dst_label: str) -> tuple[float, float]:
         """``(alpha_us, us_per_byte)`` of copying from one device to another (``"llvm:0"``, ``"cuda:0"``).

@@ -87,15 +87,51 @@ def launch_module(calls: int, vdevice) -> tvm.IRModule:
     return bb.get()
 
 
+def args_module(num_args: int, elems: int, vdevice) -> tvm.IRModule:
+    """``main(x0, ..., x{k-1})`` returning ``x0 + x0`` (``elems`` float32): VM cost of arguments and of
+    allocating the returned tensor."""
+    bb = relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType((elems,), "float32", vdevice)) for i in range(num_args)]
+    with bb.function("main", xs):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(xs[0], xs[0]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, min_repeat_ms: int = 20) -> dict:
-    """VM time of one kernel call on target ``name`` (a 65-call chain minus a 1-call one, per call)."""
+    """The VM's own costs on target ``name``, beyond the kernels:
+
+    * ``median_us``: one kernel call (a 65-call chain minus a 1-call one, per call);
+    * ``single_call_us``: invoking a 1-argument ``main`` that makes one tiny kernel call;
+    * ``per_arg_us``: each further argument of ``main``;
+    * ``alloc_us_per_byte``: allocating the returned tensor (a fresh buffer each call: page faults for
+      large ones), from a 4 MiB ``add`` timed in the VM minus the same kernel timed alone.
+    """
+    from tvm import te
+
     target = TargetSet({name: targets[name].target})
-    times = {}
-    for calls in (1, 65):
-        mod = launch_module(calls, target[name].vdevice)
+    vdevice, dev = target[name].vdevice, target[name].device
+
+    def vm_time(mod, args):
         mod.update_global_info("vdevice", target.vdevices)
-        executable = build(mod, fuse=False)
-        x = tvm.runtime.tensor(np.zeros(1, "float32"), target[name].device)
-        times[calls] = _vm_time_us(executable, target, [x], repeat=repeat, min_repeat_ms=min_repeat_ms)
-    per_call = (times[65]["median_us"] - times[1]["median_us"]) / 64
-    return dict(median_us=float(max(per_call, 0.0)), single_call_us=times[1]["median_us"])
+        return _vm_time_us(build(mod, fuse=False), target, args, repeat=repeat, min_repeat_ms=min_repeat_ms)
+
+    one = tvm.runtime.tensor(np.zeros(1, "float32"), dev)
+    times = {calls: vm_time(launch_module(calls, vdevice), [one]) for calls in (1, 65)}
+    per_call = max(0.0, (times[65]["median_us"] - times[1]["median_us"]) / 64)
+    many = vm_time(args_module(9, 1, vdevice), [one] * 9)
+    per_arg = max(0.0, (many["median_us"] - times[1]["median_us"]) / 8)
+    result = dict(median_us=float(per_call), single_call_us=times[1]["median_us"], per_arg_us=float(per_arg))
+    if target[name].kind == "llvm":  # the kernel-alone timing below runs on this machine's CPU
+        elems = 1 << 20
+        big = tvm.runtime.tensor(np.zeros(elems, "float32"), dev)
+        in_vm = vm_time(args_module(1, elems, vdevice), [big])["median_us"]
+        a = te.placeholder((elems,), "float32", name="a")
+        kernel = tvm.tirx.build(te.create_prim_func([a, te.compute((elems,), lambda i: a[i] + a[i])]),
+                                target=target[name].target)
+        out = tvm.runtime.tensor(np.zeros(elems, "float32"), dev)
+        timer = kernel.time_evaluator(kernel.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        alone = float(np.median(timer(big, out).results)) * 1e6
+        result["alloc_us_per_byte"] = max(0.0, in_vm - alone - times[1]["median_us"]) / (4 * elems)
+    return result
