@@ -32,14 +32,14 @@ def test_optimized_plan_builds_runs_and_matches(name, zoo_models, reference_outp
     assert 0 < result.predicted_us < float("inf")
 
 
-def test_memory_cap_forces_a_mixed_plan_that_still_matches(zoo_models, reference_outputs):
+def test_memory_cap_moves_kernels_and_the_plan_still_matches(zoo_models, reference_outputs):
     model = zoo_models["cnn"]
     free = autoplace.optimize(model, None, TWO)
     cap = int(0.5 * free.problem.footprint_bytes.sum())
     capped = autoplace.optimize(model, None, TWO, memory_bytes={"cpu0": cap})
     used = capped.plan.per_target()
-    assert used["cpu0"]["memory_bytes"] <= cap
-    assert {capped.assignment[n] for n in capped.view.members} == {"cpu0", "cpu1"}
+    assert used["cpu0"]["memory_bytes"] <= cap < free.plan.per_target()["cpu0"]["memory_bytes"]  # binding
+    assert "cpu1" in {capped.assignment[n] for n in capped.view.members}  # kernels had to move
     assert capped.predicted_us >= free.predicted_us - 1e-9  # a constraint never helps
     inputs, expected = reference_outputs["cnn"]
     assert_outputs_close(capped.run(*inputs), expected)
