@@ -72,16 +72,17 @@ def model_unit_keys(records: pd.DataFrame, target: str) -> dict:
     return out
 
 
-def end_to_end_us(table: CostTable, unit_latency_us: dict, keys: list, target_label: str) -> float:
+def end_to_end_us(table: CostTable, unit_latency_us: dict, keys: list, target_label: str, *,
+                  num_args: int = 1, output_bytes: int = 0) -> float:
     """Predicted latency of a model built entirely on one device, in microseconds.
 
     ``invoke + len(keys) * launch + sum(unit_latency_us[k] for k in keys)``, where ``launch`` is the
-    VM's cost of one kernel call (``kind="launch"`` record) and ``invoke`` its fixed cost of one call
-    of ``main`` (the record's ``single_call_us`` less one launch).
+    VM's cost of one kernel call (``kind="launch"`` record) and ``invoke`` its cost of one call of
+    ``main`` with ``num_args`` arguments returning ``output_bytes`` (:meth:`CostTable.invoke_us`).
     """
     launch = table.launch_us(target_label, default=0.0)
     return (
-        table.invoke_us(target_label, default=0.0)
+        table.invoke_us(target_label, default=0.0, num_args=num_args, output_bytes=output_bytes)
         + len(keys) * launch
         + sum(unit_latency_us[k] for k in keys)
     )
@@ -202,9 +203,14 @@ def leave_one_family_out(
                 )
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
-                    oracle = end_to_end_us(table, measured, keys, label)
-                    e2e_pure = end_to_end_us(table, pred_pure, keys, label)
-                    e2e_look = end_to_end_us(table, pred_look, keys, label)
+                    call = {}  # the model record's main signature, where the profiler stored it
+                    for column in ("num_args", "output_bytes"):
+                        value = runs.loc[name].get(column) if column in runs.columns else None
+                        if value is not None and pd.notna(value):
+                            call[column] = int(value)
+                    oracle = end_to_end_us(table, measured, keys, label, **call)
+                    e2e_pure = end_to_end_us(table, pred_pure, keys, label, **call)
+                    e2e_look = end_to_end_us(table, pred_look, keys, label, **call)
                     row.update(
                         e2e_measured_us=e2e,
                         e2e_oracle_us=oracle,

@@ -79,6 +79,8 @@ def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repe
         timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
     return dict(kind="model", key=model.name, target=kind, unit_keys=[u.key for u in units],
                 ops=sum(1 for _, d in placement.graph.nodes(data=True) if d.get("kind") == "op"),
+                num_args=len(placement.mod["main"].params),
+                output_bytes=int(placement.graph.nodes["output"].get("output_bytes", 0)),
                 measured_at=_now(), **timing)
 
 
