@@ -13,7 +13,6 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..targets import TargetSet
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -311,15 +310,13 @@ def vm_pipeline() -> tvm.transform.Pass:
     )
 
 
-def build(mod: tvm.IRModule, targets: TargetSet | None = None, *, fuse: bool = True):
+def build(mod: tvm.IRModule, *, fuse: bool = True):
     """Compile an annotated module into a Relax VM executable.
 
     Parameters
     ----------
     mod : tvm.IRModule
         A module whose ``vdevice`` global info lists the targets (as :func:`autoplace.emit.annotate` writes).
-    targets : TargetSet, optional
-        Unused for compilation (the vdevices say it all); accepted for symmetry with the runner.
     fuse : bool
         Fuse ops within each device (default). ``False`` compiles one kernel per op.
     """
