@@ -44,7 +44,7 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     cap = int(0.5 * footprint)
     print(f"\n1. Unconstrained optimum: {free}")
     print(f"\n2. Now cpu0 may hold only half of the model ({cap / 1e6:.2f} MB of {footprint / 1e6:.2f} MB weights+activations):"
-          " the best placement is genuinely mixed, and the solver must find the cheapest cut.")
+          " all-on-cpu0 is ruled out, and the solver must find the cheapest placement that fits.")
     result = optimize(m, None, targets, memory_bytes={"cpu0": cap})
     print(result)
     print(result.summary().to_string(float_format=lambda v: f"{v:.1f}"))
@@ -56,9 +56,13 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     table.to_csv(os.path.join(out_dir, f"{m.name}.compare.csv"))
     plot_compare(table, os.path.join(out_dir, f"{m.name}.compare.png"))
     measured = table["measured_median_us"].dropna()
-    best_baseline = measured.drop(index="autoplace").min()
+    fits = ~table["status"].astype(str).str.contains("over the memory cap|infeasible")
+    feasible = measured[fits.reindex(measured.index)].drop(index="autoplace")
+    best = feasible.idxmin()
     print(f"\nautoplace: {measured['autoplace']:.1f} us measured (predicted {result.predicted_us:.1f} us); "
-          f"best baseline {best_baseline:.1f} us -> ratio {measured['autoplace'] / best_baseline:.3f}")
+          f"best baseline that fits the cap: {best} {feasible[best]:.1f} us -> ratio "
+          f"{measured['autoplace'] / feasible[best]:.3f} (medians of the same run; plans over the cap are shown "
+          "for reference only)")
     print("\nwrote:")
     for what, path in paths.items():
         print(f"  {what}: {path}")

@@ -133,7 +133,7 @@ def render_plan(result, path: str | None = None, *, labels: int = 8, title: str 
     ax.axis("off")
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     return fig
 
 
@@ -149,9 +149,11 @@ def plot_compare(table, path: str | None = None):
     ax.errorbar(rows["predicted_us"], rows["measured_median_us"],
                 yerr=[rows["measured_median_us"] - rows["measured_min_us"],
                       rows["measured_max_us"] - rows["measured_median_us"]], fmt="o", capsize=3)
-    for name, row in rows.iterrows():
-        ax.annotate(name, (row["predicted_us"], row["measured_median_us"]), fontsize=8, xytext=(4, 4),
-                    textcoords="offset points")
+    for i, (name, row) in enumerate(rows.sort_values("measured_median_us").iterrows()):
+        # Plans often land close together: stagger their labels so each stays readable.
+        ax.annotate(name, (row["predicted_us"], row["measured_median_us"]), fontsize=8,
+                    xytext=(8, -18 + 12 * (i % 4)), textcoords="offset points",
+                    arrowprops=dict(arrowstyle="-", color="#999999", linewidth=0.5))
     lo = min(rows["predicted_us"].min(), rows["measured_min_us"].min()) * 0.9
     hi = max(rows["predicted_us"].max(), rows["measured_max_us"].max()) * 1.1
     ax.plot([lo, hi], [lo, hi], color="#888888", linewidth=0.8, linestyle=":")
@@ -160,5 +162,5 @@ def plot_compare(table, path: str | None = None):
     ax.set_title(f"{table.attrs.get('model', '')}: predicted vs measured", fontsize=9)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     return fig
