@@ -105,3 +105,15 @@ def test_cli_optimize_show_and_help(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "autoplace", "optimize", "--zoo", "seed003", "--targets",
                           '{"cpu": "rocm"}'], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "unknown target kind 'rocm'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    """The README's main job, on a small model (the default is cnn-base)."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    run = subprocess.run([sys.executable, "-m", "autoplace", "demo", "--model", "seed003", "--rounds", "1",
+                          "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "no placement fits that cap" in run.stdout  # seed003's own inputs exceed half of it
+    assert "autoplace:" in run.stdout and "Try next" in run.stdout
+    for suffix in (".placed.py", ".result.json", ".png", ".compare.csv", ".compare.png"):
+        assert (tmp_path / f"seed003{suffix}").exists()
