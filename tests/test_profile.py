@@ -98,8 +98,10 @@ def test_resume_after_kill_loses_nothing(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), folder], start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline:
-        if os.path.exists(records) and len(open(records).read().splitlines()) >= 4:
-            break
+        if os.path.exists(records):
+            with open(records) as f:
+                if len(f.read().splitlines()) >= 4:
+                    break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # mid-job, maybe mid-write
     proc.wait()
