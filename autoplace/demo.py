@@ -11,22 +11,32 @@ from .optimizer import find_profiles, optimize
 from .targets import TargetSet
 
 
-def demo_targets() -> tuple[dict, str]:
-    """Two CPU devices (they run anywhere); a GPU too where this machine has one or a GPU profile exists."""
+def _gpu_profile() -> list | None:
+    try:
+        return find_profiles({"cuda", "llvm"})
+    except Exception:  # noqa: BLE001 - CostError: no GPU profile anywhere
+        return None
+
+
+def demo_targets() -> tuple[dict, str, list | None]:
+    """Two CPU devices (they run anywhere); a GPU too where this machine has one and a GPU profile exists.
+
+    Returns the targets to build and run, a sentence saying why, and the GPU profile folders to plan
+    from (without running) when this machine has no GPU but a committed GPU profile exists.
+    """
     targets = {"cpu0": "llvm", "cpu1": "llvm"}
     note = "two CPU vdevices (llvm:0, llvm:1): every plan builds and runs on this machine"
-    gpu = TargetSet({"gpu": "cuda"})
-    if not gpu.unavailable():
-        targets["gpu"] = "cuda"
-        note += "; a CUDA GPU is here, so it is a target too"
-    else:
-        try:
-            folders = find_profiles({"cuda", "llvm"})
-            note += (f"; no GPU here, and a GPU profile exists ({', '.join(os.path.basename(f) for f in folders)}): "
-                     "see `autoplace optimize --targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}'` to plan for it")
-        except Exception:
-            note += "; no GPU here and no committed GPU profile, so the demo plans for CPU devices only"
-    return targets, note
+    folders = _gpu_profile()
+    if not TargetSet({"gpu": "cuda"}).unavailable():
+        if folders:
+            targets["gpu"] = "cuda"
+            return targets, note + "; a CUDA GPU is here and profiled, so it is a target too", None
+        return targets, note + ("; a CUDA GPU is here but has no profile: run `autoplace profile --zoo cnn "
+                                "--targets '{\"cpu\": \"llvm\", \"gpu\": \"cuda\"}'` to use it"), None
+    if folders:
+        names = ", ".join(os.path.basename(f) for f in folders)
+        return targets, note + f"; no GPU here, but a GPU profile exists ({names}): the demo also plans for it", folders
+    return targets, note + "; no GPU here and no committed GPU profile, so the demo plans for CPU devices only", None
 
 
 def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> int:
@@ -35,7 +45,7 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     from .show import plot_compare
 
     started = time.perf_counter()
-    targets, note = demo_targets()
+    targets, note, gpu_folders = demo_targets()
     print(f"targets: {note}")
     m = zoo.parse(model)
     print(f"model: {m.name} ({sum(1 for _ in m.input_specs())} input(s), {m.weight_nbytes / 1e6:.2f} MB of weights)")
@@ -59,6 +69,14 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     table = compare(m, None, targets, result=result, manual=manual, rounds=rounds)
     _print_table(table)
     paths = _write_outputs(result, out_dir)
+    if gpu_folders:
+        gpu_targets = {"cpu": "llvm", "gpu": "cuda"}
+        planned = optimize(m, None, gpu_targets, profile_dir=gpu_folders[0] if len(gpu_folders) == 1 else None)
+        print(f"\n4. Planned for the profiled CPU+GPU machine ({os.path.basename(gpu_folders[0])}), from its "
+              f"committed profile; not run here (no GPU on this machine):\n{planned}")
+        print(planned.summary().to_string(float_format=lambda v: f"{v:.1f}"))
+        gpu_paths = _write_outputs(planned, os.path.join(out_dir, "gpu_plan"))
+        print(f"   wrote {gpu_paths['module']} and {gpu_paths['picture']}")
     table.to_csv(os.path.join(out_dir, f"{m.name}.compare.csv"))
     plot_compare(table, os.path.join(out_dir, f"{m.name}.compare.png"))
     measured = table["measured_median_us"].dropna()

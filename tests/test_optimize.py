@@ -117,3 +117,36 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "autoplace:" in run.stdout and "Try next" in run.stdout
     for suffix in (".placed.py", ".result.json", ".png", ".compare.csv", ".compare.png"):
         assert (tmp_path / f"seed003{suffix}").exists()
+
+
+def test_demo_plans_for_a_gpu_from_a_gpu_profile(tmp_path):
+    """With no GPU here but a GPU profile present, the demo also plans for that machine (not run).
+
+    The GPU profile here is SYNTHETIC test data (made-up latencies in a temporary folder), only to
+    exercise the code path; no GPU figure comes from it.
+    """
+    import shutil
+
+    from autoplace.optimizer import default_profiles_root
+    from autoplace.profile import ProfileStore, extract_units
+
+    root = tmp_path / "profiles"
+    shutil.copytree(os.path.join(default_profiles_root(), "amd-epyc-2c"), root / "amd-epyc-2c")
+    fake = ProfileStore(str(root / "fake-gpu-box"), metadata={"hardware_id": "fake-gpu-box", "tvm_version": "test"})
+    model = zoo.seed003()
+    for kind, spec, us in (("llvm", "llvm", 5.0), ("cuda", {"kind": "cuda", "arch": "sm_90"}, 1.0)):
+        for unit in extract_units(model, spec):
+            fake.append(dict(kind="unit", key=unit.key, target=kind, status="ok", median_us=us, ops=unit.ops,
+                             arg_shapes=[list(s) for s in unit.arg_shapes], arg_dtypes=unit.arg_dtypes,
+                             num_outputs=unit.num_outputs, flops=35.0, bytes_in=420, bytes_out=140))
+        fake.append(dict(kind="launch", key="vm_call", target=f"{kind}:0", status="ok", median_us=0.2,
+                         single_call_us=1.0))
+    for label in ("llvm:0->cuda:0", "cuda:0->llvm:0"):
+        fake.append(dict(kind="copy_fit", key="fit", target=label, status="ok", alpha_us=2.0, us_per_byte=1e-4))
+    env = dict(os.environ, MPLBACKEND="Agg", AUTOPLACE_PROFILES=str(root))
+    run = subprocess.run([sys.executable, "-m", "autoplace", "demo", "--model", "seed003", "--rounds", "1",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "a GPU profile exists (fake-gpu-box)" in run.stdout
+    assert "Planned for the profiled CPU+GPU machine (fake-gpu-box)" in run.stdout
+    assert (tmp_path / "out" / "gpu_plan" / "seed003.placed.py").exists()
