@@ -142,7 +142,7 @@ def _write_outputs(result, out_dir: str) -> dict:
 def cmd_optimize(args) -> int:
     from .optimizer import optimize
 
-    (name, model), = _models(args)[:1]
+    ((_, model),) = _models(args)[:1]
     result = optimize(model, None, _targets(args.targets), pins=_pins(args.pin), memory_bytes=_memory(args.memory),
                       method=args.method, time_limit_s=args.time_limit)
     print(result)

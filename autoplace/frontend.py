@@ -26,6 +26,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ._relax import rebuild
 from .errors import ModelError
 
 
@@ -72,7 +73,7 @@ class Model:
         rng = np.random.default_rng(seed)
         out = []
         for _, shape, dtype in self.input_specs():
-            if dtype.startswith("int") or dtype.startswith("uint"):
+            if dtype.startswith(("int", "uint")):
                 out.append(rng.integers(0, 2, size=shape).astype(dtype))
             elif dtype == "bool":
                 out.append(rng.integers(0, 2, size=shape).astype(bool))
@@ -322,7 +323,7 @@ def _rebuild(main: relax.Function, num_input: int) -> tuple[relax.Function, list
     lifted_vars: list = []
     lifted_values: list[np.ndarray] = []
 
-    def subst(expr):
+    def leaf(expr):
         if isinstance(expr, relax.Var):
             if expr not in var_map:
                 raise ModelError(f"variable {expr.name} is used before it is bound")
@@ -333,18 +334,15 @@ def _rebuild(main: relax.Function, num_input: int) -> tuple[relax.Function, list
             lifted_vars.append(var)
             lifted_values.append(value)
             return var
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([subst(f) for f in expr.fields])
-        if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(subst(expr.tuple_value), expr.index)
-        if isinstance(expr, relax.Call):
-            return relax.Call(expr.op, [subst(a) for a in expr.args], expr.attrs, expr.ty_args)
         if isinstance(expr, (tvm.ir.Constant, relax.ShapeExpr, relax.ExternFunc, tvm.ir.GlobalVar)):
             return expr
         raise ModelError(
             f"main contains a {type(expr).__name__} expression, which autoplace cannot place "
             "(control flow and nested functions are not supported): inline or remove it"
         )
+
+    def subst(expr):
+        return rebuild(expr, leaf)
 
     body = main.body
     if not isinstance(body, relax.SeqExpr):

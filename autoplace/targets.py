@@ -62,8 +62,8 @@ def _local_cuda_arch() -> str | None:
         dev = tvm.cuda(0)
         if dev.exist:
             return "sm_" + dev.compute_version.replace(".", "")
-    except Exception:  # no CUDA runtime on this machine
-        pass
+    except Exception:  # no CUDA runtime on this machine: fall back to the default arch
+        return None
     return None
 
 

@@ -205,7 +205,7 @@ def op_sweep(count: int = 80, seed: int = 0, max_flops: float = 1.5e9) -> list[M
     rng = np.random.default_rng(seed)
 
     def log_int(lo, hi):
-        return int(round(float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))
+        return round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
 
     models = []
     kinds = ["matmul", "matmul_bias", "matmul_bias_relu", "batch_matmul", "conv2d", "elementwise", "layer_norm",

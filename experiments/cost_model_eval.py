@@ -137,7 +137,7 @@ def check(models: pd.DataFrame) -> dict:
                 bad = m.loc[m[col].abs() > E2E_MAX_ERR, "model"].tolist()
                 entry[f"{col}_within_20pct"] = int((m[col].abs() <= E2E_MAX_ERR).sum())
                 entry[f"{col}_failing"] = bad
-        entry["models"] = int(len(m))
+        entry["models"] = len(m)
         out[target] = entry
     return out
 
@@ -152,17 +152,17 @@ def markdown(
     lines = [
         "### Cost model: leave-one-model-family-out",
         "",
-        "Held out: a model together with its size variants (strict family split). *pure*: the model never "
+        ("Held out: a model together with its size variants (strict family split). *pure*: the model never "
         "saw any kernel of the held-out family; *lookup*: kernels the held-out model shares with the "
         "training models use their measurement. *oracle*: measured kernel latencies in the same end-to-end "
-        "sum (the error no cost model can remove).",
+        "sum (the error no cost model can remove)."),
         "",
-        "Errors are predicted / measured - 1. MAPE, MdAPE and Spearman are over the held-out model's "
+        ("Errors are predicted / measured - 1. MAPE, MdAPE and Spearman are over the held-out model's "
         "distinct kernels (pure model). `e2e_*_err` compare the predicted end-to-end latency (VM invocation "
         "+ launches + kernels, see `autoplace.cost_model.evaluate.end_to_end_us`) with the profile's "
         "`kind=\"model\"` record; `e2e_pure_vs_oracle_err` with the same sum over measured kernels; "
         "`e2e_fresh_err` (with `--remeasure`) with a fresh end-to-end timing on the machine running the "
-        "script.",
+        "script."),
         "",
     ]
     cols = [
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         profile=os.path.abspath(args.profile),
         profile_metadata=store.metadata,
-        records=int(len(records)),
+        records=len(records),
         machine=platform.machine(),
         cost_model=repr(model),
         split="strict: model family held out (name before -/_)",

@@ -191,7 +191,6 @@ def test_missing_weights():
 
 
 def test_dynamic_shapes_rejected():
-    from tvm.script import relax as R  # noqa: F401
 
     bb = relax.BlockBuilder()
     n = tvm.tirx.Var("n", "int64")

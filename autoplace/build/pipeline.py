@@ -13,6 +13,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .._relax import rebuild
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -81,15 +82,7 @@ def restore_vdevices(func: relax.Function, types: dict, first_vdevice=None) -> r
     const_copies: dict = {}
 
     def subst(expr):
-        if isinstance(expr, relax.Var):
-            return var_map.get(expr, expr)
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([subst(f) for f in expr.fields])
-        if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(subst(expr.tuple_value), expr.index)
-        if isinstance(expr, relax.Call):
-            return relax.Call(expr.op, [subst(a) for a in expr.args], expr.attrs, expr.ty_args)
-        return expr
+        return rebuild(expr, lambda leaf: var_map.get(leaf, leaf) if isinstance(leaf, relax.Var) else leaf)
 
     blocks = []
     for block in func.body.blocks:
@@ -184,9 +177,9 @@ def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
 
     gpu = {}
     for gvar, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and "target" in func.attrs:
-            if func.attrs["target"].kind.name == "cuda":
-                gpu[gvar] = func
+        target = func.attrs.get("target") if isinstance(func, tvm.tirx.PrimFunc) and func.attrs else None
+        if target is not None and target.kind.name == "cuda":
+            gpu[gvar] = func
     if not gpu:
         return mod
     sub = tvm.IRModule(gpu)

@@ -86,7 +86,7 @@ class CostModel:
             t: sorted({op for ops in units.loc[units["target"] == t, "ops_all"] for op in ops})
             for t in self.target_kinds_
         }
-        self.n_records_ = int(len(units))
+        self.n_records_ = len(units)
         self._fit(units)
         return self
 

@@ -327,7 +327,7 @@ def learning_curve(
             def sub(df, fold, fraction=fraction, seed=seed):
                 if fraction >= 1.0:
                     return df
-                n = max(3, int(round(fraction * len(df))))
+                n = max(3, round(fraction * len(df)))
                 return df.sample(n=min(n, len(df)), random_state=seed + fold)
 
             res = leave_one_family_out(records, model, target=target, train_filter=sub, **params)

@@ -55,9 +55,7 @@ FEATURE_VERSION = 1
 CACHE_LEVELS = (("l1", 64, 64, 8), ("l2", 64, 1024, 8))
 
 #: Op classes, in feature order. An op's class comes from its short name (see :func:`op_class`).
-OP_CLASSES = tuple(
-    ["matmul", "conv", "pool", "norm", "softmax", "reduce", "transcendental", "elementwise", "layout", "gather", "cast", "create", "other"]
-)
+OP_CLASSES = ("matmul", "conv", "pool", "norm", "softmax", "reduce", "transcendental", "elementwise", "layout", "gather", "cast", "create", "other")
 
 _CLASS_OF = {}
 for _cls, _names in {
@@ -94,9 +92,7 @@ _ALIASES = {
     "gather": "gather_elements",
     "T": None,
 }
-_NN_OPS = set(
-    ["softmax", "log_softmax", "gelu", "gelu_tanh", "relu", "silu", "layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm", "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "dropout", "leakyrelu", "prelu", "pad", "softplus", "selu", "attention"]
-)
+_NN_OPS = {"softmax", "log_softmax", "gelu", "gelu_tanh", "relu", "silu", "layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm", "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "dropout", "leakyrelu", "prelu", "pad", "softplus", "selu", "attention"}
 _ND_NAME = re.compile(r"^(.*[123]d)\d*$")  # conv2d1 -> conv2d, max_pool2d -> max_pool2d
 _TARGET_MARKERS = re.compile(r"_(llvm|cuda|rocm|metal|vulkan|opencl|c)(?=_|$)")
 

@@ -169,7 +169,10 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
 
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
     path = os.path.join(bundle_dir, "manifest.json")
-    manifest = json.load(open(path)) if os.path.exists(path) else dict(tvm_version=tvm.__version__, units=[])
+    manifest = dict(tvm_version=tvm.__version__, units=[])
+    if os.path.exists(path):
+        with open(path) as f:
+            manifest = json.load(f)
     manifest.setdefault("models", [])
     for (model_name, label), placement in plans.items():
         safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")

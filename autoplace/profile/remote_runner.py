@@ -25,7 +25,7 @@ import numpy as np
 
 def _crc(record):
     body = json.dumps({k: v for k, v in record.items() if k != "crc"}, sort_keys=True, separators=(",", ":"))
-    return "%08x" % zlib.crc32(body.encode())
+    return f"{zlib.crc32(body.encode()):08x}"
 
 
 def _slug(text):
@@ -53,7 +53,7 @@ def hardware(tvm_version):
                 gpus.append({"name": name, "driver": driver, "memory": memory})
         except (OSError, subprocess.SubprocessError):
             pass
-    parts = [_slug(cpu)[:40], "%dc" % cores] + [_slug(g["name"])[:30] for g in gpus]
+    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
     return {"hardware_id": "-".join(parts), "cpu_model": cpu, "cpu_cores": cores, "machine": platform.machine(),
             "gpus": gpus, "tvm_version": tvm_version, "python": platform.python_version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
@@ -66,7 +66,7 @@ def device(tvm, kind, index=0):
 def summary(samples_us):
     s = np.asarray(samples_us, dtype=float)
     return dict(median_us=float(np.median(s)), min_us=float(s.min()), max_us=float(s.max()),
-                std_us=float(s.std()), samples=int(len(s)))
+                std_us=float(s.std()), samples=len(s))
 
 
 def args_for(tvm, shapes, dtypes, num_outputs, dev):
@@ -128,7 +128,7 @@ def main(argv=None):
             except Exception:
                 present[kind] = False
             if not present[kind]:
-                print("no %s device on this machine: its items are skipped (not recorded as failures)" % kind)
+                print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
         return present[kind]
 
     for n, item in enumerate(items, 1):
@@ -139,7 +139,7 @@ def main(argv=None):
         tag = (record["kind"], record["key"], record["target"])
         if tag in done:
             continue
-        print("[%d/%d] %s %s %s" % (n, len(items), record["kind"], record["target"], record.get("func_name", record["key"])),
+        print(f"[{n}/{len(items)}] {record['kind']} {record['target']} {record.get('func_name', record['key'])}",
               flush=True)
         try:
             lib = tvm.runtime.load_module(os.path.join(args.bundle, item["file"]))
@@ -155,7 +155,7 @@ def main(argv=None):
                 machine = runtime_vm.VirtualMachine(lib, devices)
                 if "arrays" in item:  # a placed model: inputs and weights saved, each with its device
                     arrays = np.load(os.path.join(args.bundle, item["arrays"]))
-                    call_args = [tvm.runtime.tensor(arrays["arg%d" % i], devices[d])
+                    call_args = [tvm.runtime.tensor(arrays[f"arg{i}"], devices[d])
                                  for i, d in enumerate(item["arg_devices"])]
                 else:
                     call_args = [tvm.runtime.tensor(np.zeros(s, dtype=d), devices[i]) for s, d, i in item["inputs"]]
@@ -165,7 +165,7 @@ def main(argv=None):
         except Exception as err:
             record.update(status="error", error=str(err).strip().splitlines()[-1][:300] if str(err).strip() else repr(err))
         write(record)
-    print("wrote %s" % out)
+    print(f"wrote {out}")
     return 0
 
 
