@@ -31,6 +31,7 @@ EXAMPLES = {
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
   autoplace profile --zoo sweep:80 --no-copies                     # single-kernel shape sweep for the cost model
+  autoplace profile --zoo grid --no-copies                         # stride grid (matmul, transpose) for the cost model
   autoplace profile model.onnx module.py --out profiles            # ONNX / TVMScript files
   # a GPU box without TVM's compiler: build here, run there, merge back
   autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --bundle gpu_bundle
@@ -60,6 +61,9 @@ def _models(args) -> list:
         if spec.startswith("sweep"):  # "sweep" or "sweep:120": single-kernel shape sweep (cost-model data)
             count = int(spec.partition(":")[2] or 80)
             models.extend((m.name, m) for m in zoo.op_sweep(count))
+            continue
+        if spec == "grid":  # fixed stride grid of single matmul/transpose kernels (cost-model data)
+            models.extend((m.name, m) for m in zoo.regime_grid())
             continue
         models.append((spec, zoo.parse(spec)))
     for path in getattr(args, "models", None) or []:

@@ -32,6 +32,23 @@ def test_units_cover_every_kernel_launch_and_dedupe_repeated_layers():
     assert all(u.target_kind == "llvm" for u in units)
 
 
+
+def test_every_op_is_mapped_to_the_kernel_that_computes_it():
+    from autoplace.graph import op_graph
+
+    # bert: the attention mask reads a constant through an alias (`lv27 = const5`) that lowering
+    # reads directly; a one-kernel model: the kernel is bound to the output alias (`gv = lv`).
+    for model in (zoo.get("bert"), zoo.regime_grid()[2]):
+        graph = op_graph(model)
+        ops = {n for n, d in graph.nodes(data=True) if d.get("kind") == "op" and d.get("op") != "relax.const"}
+        units = extract_units(model, "llvm", graph=graph)
+        covered = {n for u in units for n in u.nodes}
+        assert not [u.func_name for u in units if not u.nodes], "a kernel mapped to no op"
+        missing = {graph.nodes[n]["op"] for n in ops - covered}
+        assert not (ops - covered) - {n for n in ops if graph.nodes[n]["op"] == "relax.arange"}, missing
+    softmax = [u for u in extract_units(zoo.get("bert"), "llvm") if "softmax" in u.func_name]
+    assert softmax and all("relax.nn.softmax" in u.ops for u in softmax)
+
 def test_store_roundtrip_detects_torn_and_altered_lines(tmp_path):
     store = ProfileStore(str(tmp_path / "p"))
     for i in range(3):

@@ -112,13 +112,13 @@ def leave_one_family_out(
     target: str | None = None,
     train_filter=None,
     quiet: bool = True,
-    never_held_out=("sweep",),
+    never_held_out=("sweep", "grid"),
     **params,
 ) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
 
-    Families in ``never_held_out`` (the single-kernel shape sweep, ``zoo.op_sweep``) are training data
-    only: the evaluation is about models users bring.
+    Families in ``never_held_out`` (the single-kernel shape sweep ``zoo.op_sweep`` and the stride grid
+    ``zoo.regime_grid``) are training data only: the evaluation is about models users bring.
 
     Parameters
     ----------

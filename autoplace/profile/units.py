@@ -92,25 +92,39 @@ class _GroupMapper:
             out.extend(node if isinstance(node, list) else [node])
         return out
 
+    def _source(self, node):
+        """The node an alias chain (``lv27 = const5``) starts from; lowering reads it directly."""
+        while node in self.graph and self.graph.nodes[node].get("kind") == "alias" and self.graph.in_degree(node) == 1:
+            node = next(iter(self.graph.predecessors(node)))
+        return node
+
+    def _consumers(self, node) -> set:
+        """The nodes reading ``node``, directly or through alias nodes."""
+        out = set()
+        for succ in self.graph.successors(node):
+            out.update(self._consumers(succ) if self.graph.nodes[succ].get("kind") == "alias" else {succ})
+        return out
+
     def _match(self, reads: list, hint: str | None = None) -> str | None:
         if hint is not None and hint in self.graph and hint not in self.claimed:
             self.claimed.add(hint)
             return hint
-        want = set(reads)
+        want = {self._source(n) for n in reads}
         if want:
             candidates = set()
             for node in want:
                 if node in self.graph:
-                    candidates.update(self.graph.successors(node))
+                    candidates.update(self._consumers(node))
         else:
             candidates = {n for n in self.graph if self.graph.in_degree(n) == 0}
         free = [
             n for n in candidates
-            if n not in self.claimed and self.graph.nodes[n].get("kind") not in ("input", "weight", "output")
+            if n not in self.claimed and self.graph.nodes[n].get("kind") not in ("input", "weight", "output", "alias")
         ]
-        found = [n for n in free if set(self.graph.predecessors(n)) == want]
+        sources = {n: {self._source(p) for p in self.graph.predecessors(n)} for n in free}
+        found = [n for n in free if sources[n] == want]
         if not found:  # an input was folded into a constant by legalization: match on what is left
-            found = [n for n in free if set(self.graph.predecessors(n)) >= want]
+            found = [n for n in free if sources[n] >= want]
         if not found:
             return None
         node = min(found, key=lambda n: self.graph.nodes[n]["order"])
@@ -140,6 +154,16 @@ class _GroupMapper:
                 self.node_of[binding.var] = env.get(result, self._nodes(result, env))
                 self.groups[binding.var] = members
                 return
+        if isinstance(value, relax.Var) and value in self.groups:
+            # An alias (``gv = lv``): the graph's alias node if it has one, and the aliased kernel's
+            # ops, since later passes may bind the kernel call to this name instead.
+            name = binding.var.name
+            alias = name in self.graph and name not in self.claimed and self.graph.nodes[name].get("kind") == "alias"
+            if alias:
+                self.claimed.add(name)
+            self.node_of[binding.var] = name if alias else self.node_of[value]
+            self.groups[binding.var] = self.groups[value]
+            return
         # Not fused: the binding keeps its original (unique) name.
         node = self._match(self._nodes(value, self.node_of), hint=binding.var.name)
         self.node_of[binding.var] = node if node is not None else binding.var.name
