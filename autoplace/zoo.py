@@ -284,8 +284,9 @@ def regime_grid(max_fmas: float = 6.8e7) -> list[Model]:
     grid measures each regime once, cheaply:
 
     * ``grid-matmul-MxK-N``: ``(M, K) @ (K, N)`` (+ bias + ReLU on every third) for every ``K, N`` in
-      :data:`GRID_SIZES`, with a small ``M`` (2, 4 or 8, cycling; time per FLOP does not depend on
-      ``M`` once a row of ``A`` is cached) so that even ``K = N = 4096`` stays under about a second;
+      :data:`GRID_SIZES`, with ``M`` cycling over 2, 8 and 32 (time per FLOP depends on ``M`` only
+      a little: a row of ``A`` stays cached) and lowered where ``M * K * N`` would pass ``max_fmas``,
+      so that even ``K = N = 4096`` stays under about a second;
     * ``grid-conv2d-CxS-16-kK``: an NCHW convolution of a ``(1, C, S, S)`` image with 16 filters of
       ``K x K`` (the reduction walks input channels ``S * S`` elements apart), ``C`` in 16/64/256,
       ``S`` in 7/14/28/56, ``K`` in 1/3.
@@ -301,9 +302,7 @@ def regime_grid(max_fmas: float = 6.8e7) -> list[Model]:
 
     models = []
     for index, (k, n) in enumerate((k, n) for k in GRID_SIZES for n in GRID_SIZES):
-        m = (2, 4, 8)[index % 3]
-        if m * k * n > max_fmas:
-            m = 1
+        m = min((2, 8, 32)[index % 3], max(1, int(max_fmas // (k * n))))
         bb = relax.BlockBuilder()
         x = relax.Var("x", relax.TensorType((m, k), "float32"))
         w = relax.Var("w", relax.TensorType((k, n), "float32"))

@@ -453,3 +453,25 @@ def test_committed_cpu_profile_ranks_held_out_kernels():
         records = ProfileStore(PROFILE).records()
         res = leave_one_family_out(records, "xgb", n_estimators=200, random_state=0)
     assert summarize(res)["spearman"].min() > 0.9
+
+
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile"
+)
+def test_committed_cpu_profile_predicts_held_out_mlp_end_to_end_thanks_to_the_stride_grid():
+    """mlp-base's naive matmuls read 8 KiB-strided columns, a regime only the stride grid visits."""
+    from autoplace.profile import ProfileStore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = ProfileStore(PROFILE).records()
+    assert records["model"].astype(str).str.startswith("grid-").any(), "the committed profile lost its grid"
+    no_grid = records[~records["model"].astype(str).str.startswith("grid-")]
+    errors = {}
+    for name, recs in (("grid", records), ("no grid", no_grid)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = leave_one_family_out(recs, "xgb", target="llvm", random_state=0)
+        errors[name] = res["models"].set_index("model").loc["mlp-base", "e2e_pure_err"]
+    assert abs(errors["grid"]) < 0.2, errors
+    assert abs(errors["no grid"]) > abs(errors["grid"]), errors

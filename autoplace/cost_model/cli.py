@@ -62,6 +62,13 @@ def run(args) -> int:
     units = training_units(ProfileStore(profile).records(allow_foreign=args.allow_foreign))
     if args.target:
         units = units[units["target"].isin(args.target)]
+    for kind in sorted(units["target"].unique()):
+        if not units.loc[units["target"] == kind, "model"].astype(str).str.startswith("grid-").any():
+            print(
+                f"note: the profile has no stride-grid kernels on {kind}: predictions for large matmuls and "
+                "convolutions of models it never saw can be off by 2x. Add them (about 2 minutes on a CPU):\n"
+                f"  autoplace profile --zoo grid --no-copies --targets '{{\"t\": \"{kind}\"}}'"
+            )
     pred = model.predict(units)
     ape = np.abs(pred - units["median_us"].to_numpy()) / units["median_us"].to_numpy()
     print(
