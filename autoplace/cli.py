@@ -31,7 +31,7 @@ EXAMPLES = {
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
   autoplace profile --zoo sweep:80 --no-copies                     # single-kernel shape sweep for the cost model
-  autoplace profile --zoo grid --no-copies                         # stride grid (matmul, transpose) for the cost model
+  autoplace profile --zoo grid --no-copies                         # stride grid (matmul, conv2d) for the cost model
   autoplace profile model.onnx module.py --out profiles            # ONNX / TVMScript files
   # a GPU box without TVM's compiler: build here, run there, merge back
   autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --bundle gpu_bundle
@@ -92,6 +92,7 @@ def cmd_profile(args) -> int:
     print(f"profiling into {store.path}")
     timer = KernelTimer(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
     summary = profile_models(_models(args), _targets(args.targets), store, copies=not args.no_copies,
+                             end_to_end=not args.no_end_to_end,
                              timer=timer, progress=not args.no_progress, redo=args.redo or ())
     print(json.dumps(summary, indent=1))
     return 0
@@ -231,6 +232,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-repeat-ms", type=int, default=20)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel before it counts as failed")
     p.add_argument("--no-copies", action="store_true")
+    p.add_argument("--no-end-to-end", action="store_true",
+                   help="skip timing each model whole (kernels only; the cost-model evaluation needs it)")
     p.add_argument("--redo", nargs="*", choices=["unit", "model", "launch", "copy", "copy_fit"],
                    help="measure these record kinds again (the newest record of a key wins)")
     p.add_argument("--bundle", help="compile into this folder for another machine instead of measuring here")

@@ -250,8 +250,8 @@ def markdown(
     ]
     if seeds is not None and not seeds.empty:
         lines += [
-            "End-to-end error (pure model) of the default model over XGBoost seeds: changing only the seed "
-            "moves single models by several points, so the acceptance check also takes the worst seed:",
+            ("End-to-end error (pure model) of the default model over XGBoost seeds: changing only the seed "
+             "moves single models by several points, so the acceptance check also takes the worst seed:"),
             "",
             _md(seeds),
             "",
