@@ -442,33 +442,31 @@ def test_train_main_writes_the_model_next_to_the_profile(tmp_path, capsys):
 
 
 # -- the committed CPU profile, where present ------------------------------------------------------------
-@pytest.mark.skipif(
-    not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile"
-)
-def test_committed_cpu_profile_ranks_held_out_kernels():
+@pytest.fixture(scope="module")
+def committed_records():
     from autoplace.profile import ProfileStore
 
+    if not os.path.exists(os.path.join(PROFILE, "records.jsonl")):
+        pytest.skip("no committed CPU profile")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        records = ProfileStore(PROFILE).records()
-        res = leave_one_family_out(records, "xgb", n_estimators=200, random_state=0)
+        return ProfileStore(PROFILE).records()
+
+
+def test_committed_cpu_profile_ranks_held_out_kernels(committed_records):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = leave_one_family_out(committed_records, "xgb", n_estimators=200, random_state=0)
     assert summarize(res)["spearman"].min() > 0.9
 
 
-@pytest.mark.skipif(
-    not os.path.exists(os.path.join(PROFILE, "records.jsonl")), reason="no committed CPU profile"
-)
-def test_committed_cpu_profile_predicts_held_out_mlp_end_to_end_thanks_to_the_stride_grid():
+def test_committed_cpu_profile_predicts_held_out_mlp_end_to_end_thanks_to_the_stride_grid(committed_records):
     """mlp-base's naive matmuls read 8 KiB-strided columns, a regime only the stride grid visits."""
-    from autoplace.profile import ProfileStore
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        records = ProfileStore(PROFILE).records()
-    assert records["model"].astype(str).str.startswith("grid-").any(), "the committed profile lost its grid"
-    no_grid = records[~records["model"].astype(str).str.startswith("grid-")]
+    records = committed_records
+    grid = records["model"].astype(str).str.startswith("grid-")
+    assert grid.any(), "the committed profile lost its stride grid"
     errors = {}
-    for name, recs in (("grid", records), ("no grid", no_grid)):
+    for name, recs in (("grid", records), ("no grid", records[~grid])):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = leave_one_family_out(recs, "xgb", target="llvm", random_state=0)
