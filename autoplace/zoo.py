@@ -303,12 +303,12 @@ def regime_grid(max_fmas: float = 6.8e7, max_fmas_large_m: float = 3e8) -> list[
     import numpy as np
     from tvm import relax
 
-    shapes = []
+    shapes, long_rows = [], []  # (M, K, N, with bias + ReLU)
     for index, (k, n) in enumerate((k, n) for k in GRID_SIZES for n in GRID_SIZES):
         shapes.append((min((2, 8, 32)[index % 3], max(1, int(max_fmas // (k * n)))), k, n, index % 3 == 2))
-    for index, (k, n) in enumerate((k, n) for k in GRID_SIZES for n in GRID_SIZES):
         if index % 4 == 3:
-            shapes.append((min(128, max(1, int(max_fmas_large_m // (k * n)))), k, n, False))
+            long_rows.append((min(128, max(1, int(max_fmas_large_m // (k * n)))), k, n, False))
+    shapes += long_rows
     models = []
     for m, k, n, bias_relu in shapes:
         bb = relax.BlockBuilder()

@@ -586,34 +586,15 @@ def features_from_unit(unit, graph=None, target_kind: str | None = None, model_n
     Returns
     -------
     dict
-        The same fields :func:`autoplace.profile.job.unit_record` writes (it is used when ``graph``
-        is given), which :func:`record_features`, the models and :class:`CostTable` accept.
+        :func:`autoplace.profile.job.unit_record` without its timing: what :func:`record_features`,
+        the models and :class:`CostTable` accept.
     """
-    kind = target_kind or getattr(unit, "target_kind", None) or "llvm"
-    if graph is not None:
-        from ..profile.job import unit_record
+    from ..profile.job import unit_record
 
-        record = unit_record(unit, graph, model_name, kind, {})
-        record.pop("measured_at", None)
-        return record
-    ops = list(unit.ops)
-    return dict(
-        kind="unit",
-        key=unit.key,
-        target=kind,
-        model=model_name,
-        func_name=unit.func_name,
-        ops=ops,
-        anchor_op=ops[0] if ops else unit.func_name,
-        anchor_attrs={},
-        anchor_input_shapes=[],
-        arg_shapes=[list(s) for s in unit.arg_shapes],
-        arg_dtypes=list(unit.arg_dtypes),
-        num_outputs=unit.num_outputs,
-        flops=math.nan,
-        bytes_in=unit.nbytes_in,
-        bytes_out=unit.nbytes_out,
-    )
+    kind = target_kind or getattr(unit, "target_kind", None) or "llvm"
+    record = unit_record(unit, graph, model_name, kind, {})
+    record.pop("measured_at", None)
+    return record
 
 
 def as_records(units) -> list:

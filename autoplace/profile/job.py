@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import math
 import time
 from collections.abc import Iterable
 
@@ -33,8 +34,12 @@ def target_label(target) -> str:
 
 
 def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) -> dict:
-    """The record of one measured kernel: features the cost model uses plus the timing."""
-    nodes = [graph.nodes[n] for n in unit.nodes]
+    """The record of one measured kernel: features the cost model uses plus the timing.
+
+    Without ``graph`` (None) the record has the kernel's ops and argument shapes only: no anchor
+    attributes and ``flops`` NaN.
+    """
+    nodes = [graph.nodes[n] for n in unit.nodes] if graph is not None else []
     anchor = max(nodes, key=lambda d: d.get("flops", 0.0)) if nodes else {}
     return dict(
         kind="unit",
@@ -43,13 +48,13 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         model=model_name,
         func_name=unit.func_name,
         ops=unit.ops,
-        anchor_op=anchor.get("op", unit.func_name),
+        anchor_op=anchor.get("op", unit.ops[0] if unit.ops else unit.func_name),
         anchor_attrs=anchor.get("attrs", {}),
         anchor_input_shapes=[list(s) for s in anchor.get("input_shapes", [])],
         arg_shapes=[list(s) for s in unit.arg_shapes],
         arg_dtypes=unit.arg_dtypes,
         num_outputs=unit.num_outputs,
-        flops=float(sum(d.get("flops", 0.0) for d in nodes)),
+        flops=float(sum(d.get("flops", 0.0) for d in nodes)) if graph is not None else math.nan,
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,
         measured_at=_now(),
