@@ -30,7 +30,6 @@ EXAMPLES = {
     "profile": """examples:
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
-  autoplace profile --zoo sweep:80 --no-copies                     # single-kernel shape sweep for the cost model
   autoplace profile --zoo grid --no-copies                         # stride grid (matmul, conv2d) for the cost model
   autoplace profile model.onnx module.py --out profiles            # ONNX / TVMScript files
   # a GPU box without TVM's compiler: build here, run there, merge back
@@ -58,10 +57,6 @@ def _models(args) -> list:
 
     models = []
     for spec in args.zoo or []:
-        if spec.startswith("sweep"):  # "sweep" or "sweep:120": single-kernel shape sweep (cost-model data)
-            count = int(spec.partition(":")[2] or 80)
-            models.extend((m.name, m) for m in zoo.op_sweep(count))
-            continue
         if spec == "grid":  # fixed stride grid of single matmul/transpose kernels (cost-model data)
             models.extend((m.name, m) for m in zoo.regime_grid())
             continue
@@ -119,31 +114,6 @@ def _memory(items) -> dict:
     return out
 
 
-def _write_outputs(result, out_dir: str) -> dict:
-    """Annotated TVMScript, plan/result JSON and the picture of one optimize result."""
-    from networkx.readwrite import json_graph
-
-    from .show import render_plan
-
-    os.makedirs(out_dir, exist_ok=True)
-    name = result.placement.model.name
-    paths = {
-        "module": os.path.join(out_dir, f"{name}.placed.py"),
-        "result": os.path.join(out_dir, f"{name}.result.json"),
-        "picture": os.path.join(out_dir, f"{name}.png"),
-    }
-    with open(paths["module"], "w", encoding="utf-8") as f:
-        f.write("# Placed by autoplace: every tensor carries its vdevice; R.to_vdevice marks each copy.\n")
-        f.write(result.mod.script(show_meta=False))
-    graph = json_graph.node_link_data(result.view.graph, edges="links")
-    payload = dict(model=name, targets=list(result.targets), plan=result.plan.to_dict(),
-                   assignment=result.assignment, members=result.view.members, graph=graph)
-    with open(paths["result"], "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1, default=str)
-    render_plan(result, paths["picture"])
-    return paths
-
-
 def cmd_optimize(args) -> int:
     from .optimizer import optimize
 
@@ -152,7 +122,7 @@ def cmd_optimize(args) -> int:
                       method=args.method, time_limit_s=args.time_limit)
     print(result)
     print(result.summary().to_string(float_format=lambda v: f"{v:.1f}"))
-    paths = _write_outputs(result, args.out)
+    paths = result.save(args.out)
     for what, path in paths.items():
         print(f"wrote {what}: {path}")
     return 0
@@ -165,7 +135,9 @@ def cmd_compare(args) -> int:
     manual = json.loads(args.manual) if args.manual else None
     table = compare(model, None, _targets(args.targets), manual=manual, pins=_pins(args.pin),
                     memory_bytes=_memory(args.memory), rounds=args.rounds)
-    _print_table(table)
+    from .show import table_text
+
+    print(table_text(table))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"{table.attrs.get('model', name)}.compare.csv")
@@ -174,26 +146,11 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _print_table(table) -> None:
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
-        print(table.to_string(float_format=lambda v: f"{v:.2f}"))
-
-
 def cmd_show(args) -> int:
-    from types import SimpleNamespace
-
-    from networkx.readwrite import json_graph
-
+    from .optimizer import OptimizeResult
     from .show import render_plan
-    from .solve import PlacementPlan
 
-    with open(args.result, encoding="utf-8") as f:
-        data = json.load(f)
-    view = SimpleNamespace(graph=json_graph.node_link_graph(data["graph"], edges="links"), members=data["members"])
-    result = SimpleNamespace(view=view, plan=PlacementPlan.from_dict(data["plan"]), targets=data["targets"],
-                             placement=SimpleNamespace(model=SimpleNamespace(name=data["model"])))
+    result = OptimizeResult.load(args.result)
     out = args.out or os.path.splitext(args.result)[0].replace(".result", "") + ".png"
     render_plan(result, out)
     print(f"wrote {out}")

@@ -7,14 +7,16 @@ import os
 import time
 
 from .comparison import compare
-from .optimizer import find_profiles, optimize
+from .errors import CostError
+from .optimizer import optimize
+from .profile import find_profiles
 from .targets import TargetSet
 
 
 def _gpu_profile() -> list | None:
     try:
         return find_profiles({"cuda", "llvm"})
-    except Exception:
+    except CostError:  # no profile measures CUDA
         return None
 
 
@@ -41,8 +43,7 @@ def demo_targets() -> tuple[dict, str, list | None]:
 
 def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> int:
     from . import zoo
-    from .cli import _print_table, _write_outputs
-    from .show import plot_compare
+    from .show import plot_compare, table_text
 
     started = time.perf_counter()
     targets, note, gpu_folders = demo_targets()
@@ -67,15 +68,15 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     manual = {"seed 002 (conv2d/matmul on cpu1)": {"relax.nn.conv2d": "cpu1", "relax.matmul": "cpu1"}}
     print(f"\n3. Building and timing every plan side by side ({rounds} interleaved rounds; the same numbers are checked)...")
     table = compare(m, None, targets, result=result, manual=manual, rounds=rounds)
-    _print_table(table)
-    paths = _write_outputs(result, out_dir)
+    print(table_text(table))
+    paths = result.save(out_dir)
     if gpu_folders:
         gpu_targets = {"cpu": "llvm", "gpu": "cuda"}
         planned = optimize(m, None, gpu_targets, profile_dir=gpu_folders[0] if len(gpu_folders) == 1 else None)
         print(f"\n4. Planned for the profiled CPU+GPU machine ({os.path.basename(gpu_folders[0])}), from its "
               f"committed profile; not run here (no GPU on this machine):\n{planned}")
         print(planned.summary().to_string(float_format=lambda v: f"{v:.1f}"))
-        gpu_paths = _write_outputs(planned, os.path.join(out_dir, "gpu_plan"))
+        gpu_paths = planned.save(os.path.join(out_dir, "gpu_plan"))
         print(f"   wrote {gpu_paths['module']} and {gpu_paths['picture']}")
     table.to_csv(os.path.join(out_dir, f"{m.name}.compare.csv"))
     plot_compare(table, os.path.join(out_dir, f"{m.name}.compare.png"))

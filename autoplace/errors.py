@@ -1,4 +1,9 @@
-"""Errors a user of autoplace can meet. Each message names the problem and the fix."""
+"""Errors a user of autoplace can meet, all in one place. Each message names the problem and the fix.
+
+Every class is a :class:`ValueError` (through :class:`AutoplaceError`), so callers that only know
+about bad input can catch ``ValueError``; the command line prints any of them as one
+``autoplace: error: ...`` line and exits with status 2.
+"""
 
 
 class AutoplaceError(ValueError):
@@ -15,3 +20,27 @@ class ModelError(AutoplaceError):
 
 class AssignmentError(AutoplaceError):
     """A placement that names missing nodes or targets, or contradicts itself."""
+
+
+class CostError(AutoplaceError):
+    """A target has neither a profile nor a cost model to price its kernels, or a device pair has no
+    measured copy cost."""
+
+
+class CopyCostError(CostError, KeyError):
+    """No measured copy cost between two devices. Also a ``KeyError``, which this lookup raised before."""
+
+    __str__ = ValueError.__str__  # the message as written, not KeyError's quoted repr
+
+
+class ProfilingError(AutoplaceError):
+    """The profiling harness cannot measure (a worker that cannot start, options that cannot time
+    anything, a folder of another machine, a full disk): nothing of it is recorded as kernel data."""
+
+
+class PlacementError(AutoplaceError):
+    """A placement problem or plan that is malformed or breaks a rule."""
+
+
+class InfeasiblePlacementError(PlacementError):
+    """No placement satisfies the pins, supported targets and memory caps together."""

@@ -1,4 +1,5 @@
-"""``autoplace.optimize``: graph view -> costs -> placement problem -> solver -> annotated module.
+"""``autoplace.optimize``: model -> op graph -> kernels and their costs -> placement problem -> solver ->
+annotated module.
 
 The solver places **units**: the kernels the build launches (fusion groups, see
 :mod:`autoplace.profile.units`). A unit's ops always run together on one device, so the kernels of
@@ -8,139 +9,20 @@ inputs arrive on the host (the first target) and outputs return there unless pin
 
 from __future__ import annotations
 
-import math
+import json
 import os
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from .errors import AutoplaceError
 from .frontend import load_model
-from .graph import op_graph, resolve_assignment, select_nodes
-from .place import Placement, place
+from .graph import UnitGraph, op_graph, unit_graph
+from .place import Placement
 from .targets import TargetSet
 
-
-class CostError(AutoplaceError):
-    """A target has neither a profile nor a cost model to price its kernels."""
-
-
-def _label(target) -> str:
-    return f"{target.kind}:{target.vdevice_id}"
-
-
-def _producers(graph: nx.DiGraph, node: str, key=None) -> list[tuple[str, object, int]]:
-    """The (op/input/weight node, tensor key, nbytes) a value comes from, looking through tuples,
-    getitems and aliases (which run on no device: their fields stay where they were made)."""
-    data = graph.nodes[node]
-    kind = data.get("kind")
-    if kind in ("op", "input", "weight"):
-        return [(node, key, data.get("output_bytes", 0))]
-    preds = list(graph.predecessors(node))
-    if kind == "getitem":
-        out = []
-        for p in preds:
-            out.extend(_producers(graph, p, data.get("index")) if graph.nodes[p].get("kind") == "op"
-                       else _producers(graph, p))
-        return out
-    out = []
-    for p in preds:  # tuple, alias
-        out.extend(_producers(graph, p))
-    return out
-
-
-@dataclass
-class UnitView:
-    """The graph the solver sees: one node per kernel (unit), plus inputs, weights and the output."""
-
-    graph: nx.DiGraph
-    members: dict  # unit node -> [op nodes]
-    owner: dict  # op node -> unit node
-
-
-def unit_view(graph: nx.DiGraph, units_by_kind: dict, costs, targets: TargetSet) -> UnitView:
-    """Build the solver's graph with ``latency_us`` per target from ``costs``.
-
-    Parameters
-    ----------
-    graph : the op graph
-    units_by_kind : ``{target kind: [Unit]}`` from :func:`autoplace.profile.extract_units`
-    costs : :class:`autoplace.cost_model.CostTable`-like (``unit_latency_us``, ``launch_us``)
-    """
-    first_kind = next(iter(units_by_kind))
-    base_units = units_by_kind[first_kind]
-    members, owner = {}, {}
-    for i, unit in enumerate(base_units):
-        if not unit.nodes:
-            continue
-        name = unit.nodes[-1]
-        members[name] = list(unit.nodes)
-        for n in unit.nodes:
-            owner[n] = name
-    for n, d in graph.nodes(data=True):  # ops no kernel computes (folded away by legalization)
-        if d.get("kind") == "op" and n not in owner:
-            members[n] = [n]
-            owner[n] = n
-    by_nodes = {kind: {frozenset(u.nodes): u for u in units if u.nodes} for kind, units in units_by_kind.items()}
-    # One cost query per target kind: measured where profiled, predicted by the cost model elsewhere.
-    priced = {}
-    for kind, units in units_by_kind.items():
-        frame = costs.latencies(units, kind, graph=graph)
-        for unit, lat, src in zip(units, frame["latency_us"], frame["source"]):
-            priced[(id(unit), kind)] = (float(lat), str(src))
-    view = nx.DiGraph()
-    host = targets.host.name
-    for n, d in graph.nodes(data=True):
-        if d.get("kind") == "input":
-            view.add_node(n, kind="input", pinned=host, output_bytes=d["output_bytes"])
-    sources = {}
-    for name, nodes in members.items():
-        latency, source = {}, {}
-        for tname in targets:
-            target = targets[tname]
-            unit = by_nodes.get(target.kind, {}).get(frozenset(nodes))
-            if unit is None:
-                if len(nodes) == 1 and graph.nodes[nodes[0]].get("kind") == "op" and not any(
-                    nodes[0] in u.nodes for u in units_by_kind.get(target.kind, [])
-                ):
-                    latency[tname], source[tname] = 0.0, "folded"  # no kernel at all
-                continue  # grouped differently on this target: treated as unsupported
-            lat, src = priced[(id(unit), target.kind)]
-            if not math.isfinite(lat):
-                continue  # the profile saw this kernel fail on this target: unsupported there
-            latency[tname] = float(lat) + float(costs.launch_us(_label(target)))
-            source[tname] = src
-        ops = [graph.nodes[n]["op"] for n in nodes]
-        # Weights live where their kernels run (one resident copy per device, uploaded at load time),
-        # so a unit carries the bytes of the weights it reads.
-        weights = {p for n in nodes for p in graph.predecessors(n) if graph.nodes[p].get("kind") == "weight"}
-        view.add_node(name, kind="unit", ops=ops, latency_us=latency, cost_source=source,
-                      weight_bytes=int(sum(graph.nodes[w]["weight_bytes"] for w in weights)),
-                      output_bytes=graph.nodes[name].get("output_bytes", 0))
-        sources[name] = source
-    view.add_node("output", kind="output", pinned=host)
-    # Edges: every tensor a unit (or the output) reads that another node makes.
-    for consumer, d in graph.nodes(data=True):
-        if d.get("kind") not in ("op", "output"):
-            continue
-        c = owner.get(consumer, consumer)
-        for pred in graph.predecessors(consumer):
-            for producer, key, nbytes in _producers(graph, pred):
-                if graph.nodes[producer].get("kind") == "weight":
-                    continue
-                p = owner.get(producer, producer)
-                if p == c:
-                    continue
-                tensor = f"{producer}" if key is None else f"{producer}[{key}]"
-                if view.has_edge(p, c) and view.edges[p, c].get("tensor") != tensor:
-                    # a second tensor between the same two nodes: keep both (sum of bytes, one edge)
-                    view.edges[p, c]["nbytes"] += int(nbytes)
-                    continue
-                view.add_edge(p, c, nbytes=int(nbytes), tensor=tensor)
-    return UnitView(view, members, owner)
+#: Format of a saved result (``<model>.result.json``); :meth:`OptimizeResult.load` refuses others.
+RESULT_FORMAT = 1
 
 
 @dataclass
@@ -149,49 +31,56 @@ class OptimizeResult:
 
     Attributes
     ----------
-    placement : Placement
-        ``.mod`` (annotated IRModule), ``.params``, ``.run(*inputs)``.
+    placement : Placement or None
+        ``.mod`` (annotated IRModule), ``.params``, ``.run(*inputs)``; None for a result read back
+        with :meth:`load` (its module is in the ``.placed.py`` file :meth:`save` wrote beside it).
     plan : autoplace.solve.PlacementPlan
-        Over units; ``plan.objective_us`` is the predicted end-to-end latency.
-    problem : autoplace.solve.PlacementProblem
+        Over units; ``plan.objective_us`` is the kernels and copies of the plan.
+    problem : autoplace.solve.PlacementProblem or None
+    view : autoplace.graph.UnitGraph
+        The kernel-level graph the solver placed.
     assignment : dict
         ``{op node: target}`` (what the plan means for every op of the model).
+    targets : TargetSet
+    predicted_us : float
+        Predicted end-to-end latency: the plan's kernels and copies plus the VM's cost of invoking
+        ``main`` on the host (measured by the profiler; the same for every placement).
+    model_name : str
     """
 
-    placement: Placement
+    placement: Placement | None
     plan: object
     problem: object
-    view: UnitView
+    view: UnitGraph
     assignment: dict
     targets: TargetSet
+    predicted_us: float
+    model_name: str
     costs: object = field(repr=False, default=None)
     timings_s: dict = field(default_factory=dict)
 
+    def _placed(self) -> Placement:
+        if self.placement is None:
+            raise AutoplaceError(
+                f"this result of {self.model_name!r} was read from a file and holds no module: its annotated "
+                "TVMScript is the .placed.py file beside it; run autoplace.optimize again to build and run it"
+            )
+        return self.placement
+
     @property
     def mod(self):
-        return self.placement.mod
+        return self._placed().mod
 
     @property
     def params(self):
-        return self.placement.params
-
-    @property
-    def predicted_us(self) -> float:
-        """Predicted end-to-end latency: the plan's kernels and copies plus the VM's cost of invoking
-        ``main`` on the host (measured by the profiler; it does not depend on the placement)."""
-        invoke = getattr(self.costs, "invoke_us", None)
-        if invoke is None:
-            return float(self.plan.objective_us)
-        main = self.placement.mod["main"]
-        return float(self.plan.objective_us) + float(invoke(
-            _label(self.targets.host), 0.0, num_args=len(main.params),
-            output_bytes=self.placement.graph.nodes["output"].get("output_bytes", 0)))
+        return self._placed().params
 
     def run(self, *inputs):
-        return self.placement.run(*inputs)
+        """Build once and run on numpy inputs given on the host (see :meth:`Placement.run`)."""
+        return self._placed().run(*inputs)
 
     def summary(self):
-        """Per target: kernels, ops, predicted compute time and memory; plus copies."""
+        """Per target: kernels, ops, predicted compute time and memory; plus copies (a DataFrame)."""
         import pandas as pd
 
         rows = []
@@ -211,107 +100,100 @@ class OptimizeResult:
         plan = self.plan
         per = ", ".join(f"{t}: {len([n for n in v['nodes'] if self.view.graph.nodes[n].get('kind') == 'unit'])} kernels"
                         for t, v in plan.per_target().items())
-        return (f"OptimizeResult({self.placement.model.name}: predicted {self.predicted_us:.1f} us "
+        return (f"OptimizeResult({self.model_name}: predicted {self.predicted_us:.1f} us "
                 f"[{plan.status}, gap {plan.gap:.2%}]; {per}; {len(plan.copies)} copies)")
 
     def _repr_html_(self) -> str:
-        head = (f"<b>{self.placement.model.name}</b>: predicted <b>{self.predicted_us:.1f} us</b> "
-                f"({self.plan.status}, gap {self.plan.gap:.2%}, solved in {self.plan.solve_time_s:.3f} s)")
-        html = head + self.summary().to_html(float_format=lambda v: f"{v:.1f}")
+        from .show import result_html
+
+        return result_html(self)
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, out_dir: str, *, picture: bool = True) -> dict:
+        """Write the annotated TVMScript, the result (plan, graph, assignment) and its picture.
+
+        Returns ``{"module": path, "result": path, "picture": path}`` (no picture without matplotlib
+        or with ``picture=False``). :meth:`load` reads the result file back.
+        """
+        from networkx.readwrite import json_graph
+
+        os.makedirs(out_dir, exist_ok=True)
+        name = self.model_name
+        paths = {"module": os.path.join(out_dir, f"{name}.placed.py"),
+                 "result": os.path.join(out_dir, f"{name}.result.json")}
+        with open(paths["module"], "w", encoding="utf-8") as f:
+            f.write("# Placed by autoplace: every tensor carries its vdevice; R.to_vdevice marks each copy.\n")
+            f.write(self.mod.script(show_meta=False))
+        payload = dict(format=RESULT_FORMAT, model=name, predicted_us=self.predicted_us,
+                       targets={t: self.targets[t].kind for t in self.targets}, plan=self.plan.to_dict(),
+                       assignment=self.assignment, members=self.view.members,
+                       graph=json_graph.node_link_data(self.view.graph, edges="links"))
+        _write_json_atomically(paths["result"], payload)
+        if picture:
+            try:
+                from .show import render_plan
+            except ImportError:  # matplotlib is an optional extra
+                return paths
+            paths["picture"] = os.path.join(out_dir, f"{name}.png")
+            render_plan(self, paths["picture"])
+        return paths
+
+    @classmethod
+    def load(cls, path: str) -> OptimizeResult:
+        """Read a ``<model>.result.json`` written by :meth:`save` (plan, graph, targets; no module).
+
+        Raises
+        ------
+        AutoplaceError
+            If the file is missing, is not JSON, or is not a result file (naming what it looks like).
+        """
+        from networkx.readwrite import json_graph
+
+        from .solve import PlacementPlan
+
         try:
-            import base64
-            import io
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise AutoplaceError(f"no such result file: {path}; `autoplace optimize ... --out DIR` writes "
+                                 "DIR/<model>.result.json") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise AutoplaceError(f"{path} is not a result file (not JSON: {err}); give the <model>.result.json "
+                                 "that `autoplace optimize --out DIR` wrote") from None
+        needed = {"model", "plan", "members", "graph", "targets"}
+        if not isinstance(data, dict) or not needed <= set(data):
+            missing = sorted(needed - set(data)) if isinstance(data, dict) else sorted(needed)
+            raise AutoplaceError(f"{path} is not a result file of autoplace optimize (missing {missing}); give "
+                                 "the <model>.result.json that `autoplace optimize --out DIR` wrote")
+        if data.get("format", RESULT_FORMAT) != RESULT_FORMAT:
+            raise AutoplaceError(f"{path} has result format {data['format']}, this autoplace reads "
+                                 f"{RESULT_FORMAT}: run autoplace optimize again")
+        graph = json_graph.node_link_graph(data["graph"], edges="links")
+        members = {k: list(v) for k, v in data["members"].items()}
+        owner = {op: unit for unit, ops in members.items() for op in ops}
+        targets = data["targets"]
+        targets = TargetSet(targets if isinstance(targets, dict) else {t: "llvm" for t in targets})
+        plan = PlacementPlan.from_dict(data["plan"])
+        return cls(placement=None, plan=plan, problem=None, view=UnitGraph(graph, members, owner),
+                   assignment=dict(data.get("assignment", {})), targets=targets,
+                   predicted_us=float(data.get("predicted_us", plan.objective_us)), model_name=data["model"])
 
-            from .show import render_plan
 
-            buffer = io.BytesIO()
-            figure = render_plan(self)
-            figure.savefig(buffer, format="png", dpi=90)
-            import matplotlib.pyplot as plt
-
-            plt.close(figure)
-            html += f'<img src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}"/>'
-        except ImportError:  # matplotlib is an optional extra
-            pass
-        return html
-
-
-def default_profiles_root() -> str:
-    """``$AUTOPLACE_PROFILES``, else the repository's ``profiles/`` folder, else ``./profiles``."""
-    env = os.environ.get("AUTOPLACE_PROFILES")
-    if env:
-        return env
-    bundled = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
-    return bundled if os.path.isdir(bundled) else "profiles"
-
-
-def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None) -> list[str]:
-    """Profile folders that together cover ``kinds`` (target kinds such as ``llvm``, ``cuda``).
-
-    Preference: the given folder; else this machine's own folder if it covers every kind; else a
-    single folder that covers every kind (a plan for that machine); else one folder per kind.
-
-    Raises
-    ------
-    CostError
-        If some kind has no profile anywhere (and so no cost model either).
-    """
-    from .profile import ProfileStore, hardware_metadata
-
-    if profile_dir is not None:
-        return [profile_dir]
-    root = root or default_profiles_root()
-    folders = sorted(os.path.join(root, d) for d in os.listdir(root)) if os.path.isdir(root) else []
-    covered = {}
-    for folder in folders:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            df = ProfileStore(folder).records(allow_foreign=True)
-        covered[folder] = set(df["target"][df["kind"] == "unit"]) if len(df) else set()
-    kinds = set(kinds)
-    own = os.path.join(root, hardware_metadata()["hardware_id"])
-    if kinds <= covered.get(own, set()):
-        return [own]
-    for folder, have in covered.items():
-        if kinds <= have:
-            warnings.warn(f"planning with the profile measured on {os.path.basename(folder)} (this machine is "
-                          f"{os.path.basename(own)}): the plan is for that machine", stacklevel=3)
-            return [folder]
-    chosen = []
-    for kind in sorted(kinds):
-        options = [f for f, have in covered.items() if kind in have]
-        if not options:
-            raise CostError(
-                f"no profile measures target kind {kind!r} (searched {root}): run `autoplace profile --zoo ... "
-                f"--targets '{{\"x\": \"{kind}\"}}'` on a machine with that device, or pass costs=... "
-                "(a CostTable with a trained cost model)"
-            )
-        chosen.append(own if own in options else options[0])
-    return sorted(set(chosen))
+def _write_json_atomically(path: str, payload) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, default=str)
+    os.replace(tmp, path)
 
 
 def load_costs(targets: TargetSet, profile_dir: str | None = None):
-    """A CostTable from the profiles (and cost models saved beside them) covering ``targets``."""
-    import pandas as pd
-
+    """The :class:`~autoplace.cost_model.CostTable` that prices ``targets``: the profiles that cover
+    their kinds (:func:`autoplace.profile.find_profiles`) and the cost model saved beside them."""
     from .cost_model import CostTable
-    from .profile import ProfileStore
+    from .profile import find_profiles
 
-    kinds = {targets[t].kind for t in targets}
-    frames, model = [], None
-    for folder in find_profiles(kinds, profile_dir):
-        frames.append(ProfileStore(folder).records(allow_foreign=True))
-        path = os.path.join(folder, "cost_model.json")
-        if model is None and os.path.exists(path):
-            from .cost_model import XGBCostModel
-
-            model = XGBCostModel.load(path)
-    # No saved cost model: train one on these records (seconds) for kernels never profiled.
-    return CostTable(pd.concat(frames, ignore_index=True), model=model if model is not None else "xgb")
-
-
-def _load_costs(costs, targets: TargetSet, profile_dir):
-    return costs if costs is not None else load_costs(targets, profile_dir)
+    return CostTable.from_profiles(find_profiles({targets[t].kind for t in targets}, profile_dir))
 
 
 def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, memory_bytes: Mapping | None = None,
@@ -322,69 +204,57 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     Parameters
     ----------
     mod, params : the model and its weights (see :func:`autoplace.load_model`)
-    targets : dict
+    targets : dict or TargetSet, optional
         ``{name: target}``; the first is the host (inputs arrive, outputs return there).
+        Default :data:`autoplace.targets.DEFAULT_TARGETS`.
     pins : dict, optional
         ``{key: target}`` with keys as in :func:`autoplace.place` (node, op name, instance).
         A pin on one op pins its whole kernel (unit).
     memory_bytes : dict, optional
         ``{target: capacity in bytes}`` (weights resident there plus activations, no reuse).
     costs : CostTable-like, optional
-        Default: the committed profiles of this machine's hardware plus the cost model.
+        Default: the profiles covering the targets' kinds plus the cost model saved beside them
+        (:func:`load_costs`).
+    profile_dir : str, optional
+        Price from exactly this profile folder.
     method : str
         Solver method (``"auto"``: min-cut for 2 targets, ILP otherwise; or a baseline).
+    time_limit_s : float
+        Solver time limit.
 
     Returns
     -------
     OptimizeResult
     """
-    from .profile.units import extract_units
+    from .profile.units import units_by_kind
     from .solve import PlacementProblem, solve
 
     started = time.perf_counter()
-    targets = TargetSet(targets if targets is not None else {"cpu": "llvm"})
+    targets = TargetSet(targets)
     model = load_model(mod, params, example_inputs=example_inputs)
     graph = op_graph(model)
-    costs = _load_costs(costs, targets, profile_dir)
-    units_by_kind = {}
-    for name in targets:
-        kind = targets[name].kind
-        if kind not in units_by_kind:
-            units_by_kind[kind] = extract_units(model, targets[name].target, graph=graph)
-    view = unit_view(graph, units_by_kind, costs, targets)
+    costs = costs if costs is not None else load_costs(targets, profile_dir)
+    units = unit_graph(graph, units_by_kind(model, graph, targets), costs, targets)
     timings = {"costs_s": time.perf_counter() - started}
-    # Pins name op nodes; a pin applies to the unit that holds the op.
-    unit_pins = {}
-    for key, target in (pins or {}).items():
-        nodes = select_nodes(graph, key)
-        if not nodes:
-            resolve_assignment(graph, {key: target}, targets, targets.host.name)  # raises the clear error
-        for n in nodes:
-            unit = view.owner.get(n, n)
-            if unit in unit_pins and unit_pins[unit] != target:
-                from .solve import InfeasiblePlacementError
 
-                raise InfeasiblePlacementError(
-                    f"contradictory pins: {n!r} (in kernel {unit!r}) is pinned to {target!r} but another op of the "
-                    f"same kernel is pinned to {unit_pins[unit]!r}; ops fused into one kernel run on one device"
-                )
-            unit_pins[unit] = target
-    copy_cost = {}
-    for src in targets:
-        for dst in targets:
-            if src != dst:
-                copy_cost[(src, dst)] = costs.copy_cost(_label(targets[src]), _label(targets[dst]))
-    problem = PlacementProblem.from_graph(view.graph, copy_cost, targets=list(targets), memory_bytes=memory_bytes,
-                                          pins=unit_pins)
+    problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
+                                          memory_bytes=memory_bytes, pins=units.unit_pins(graph, pins, targets))
     plan = solve(problem, method=method, time_limit_s=time_limit_s)
     timings["solve_s"] = plan.solve_time_s
-    assignment = {}
-    for node, target in plan.assignment.items():
-        if node in view.members:
-            for op in view.members[node]:
-                assignment[op] = target
-        elif graph.has_node(node) and graph.nodes[node].get("kind") in ("input", "output"):
-            assignment[node] = target
-    placement = place(model, None, assignment, targets)
+
+    assignment = units.op_assignment(plan.assignment, graph)
+    placement = Placement.from_assignment(model, graph, assignment, targets)
+    predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement)
     timings["total_s"] = time.perf_counter() - started
-    return OptimizeResult(placement, plan, problem, view, assignment, targets, costs, timings)
+    return OptimizeResult(placement, plan, problem, units, assignment, targets, predicted_us, model.name, costs,
+                          timings)
+
+
+def invoke_us(costs, targets: TargetSet, placement: Placement) -> float:
+    """The VM's fixed cost of one call of ``main`` on the host, besides kernels and copies (0 when the
+    cost table has no measurement of it). It does not depend on the placement."""
+    invoke = getattr(costs, "invoke_us", None)
+    if invoke is None:
+        return 0.0
+    return float(invoke(targets.host.label, 0.0, num_args=len(placement.mod["main"].params),
+                        output_bytes=placement.graph.nodes["output"].get("output_bytes", 0)))

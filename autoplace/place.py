@@ -55,10 +55,19 @@ class Placement:
         """Every ``to_vdevice`` in the module: source variable, src/dst target and bytes."""
         return self.annotated.copies
 
+    @classmethod
+    def from_assignment(cls, model: Model, graph: nx.DiGraph, assignment: Mapping[str, str] | None,
+                        targets: TargetSet, *, fuse: bool = True) -> Placement:
+        """Place an already loaded model whose op graph is already built (what :func:`place` does after
+        loading; :func:`autoplace.optimize` and :func:`autoplace.compare` call this to build each
+        expensive object once)."""
+        full = resolve_assignment(graph, assignment, targets, default=targets.host.name)
+        return cls(model, graph, targets, full, annotate(model, graph, full, targets), fuse)
+
     def build(self):
         """Compile once with autoplace's per-device fusing build (cached)."""
         if self._executable is None:
-            from .build import build
+            from .backend import build
 
             self._executable = build(self.mod, fuse=self.fuse)
         return self._executable
@@ -66,7 +75,7 @@ class Placement:
     @property
     def runner(self):
         if self._runner is None:
-            from .build import Runner
+            from .backend import Runner
 
             a = self.annotated
             self._runner = Runner(self.build(), self.targets, a.params, a.param_targets, a.input_targets)
@@ -105,7 +114,8 @@ def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets
         where it arrives; ``"output"`` sets where the outputs return. Unassigned nodes go to the first
         target.
     targets : dict
-        ``{name: target}``, see :class:`autoplace.targets.TargetSet`. Default ``{"cpu": "llvm"}``.
+        ``{name: target}``, see :class:`autoplace.targets.TargetSet`. Default
+        :data:`autoplace.targets.DEFAULT_TARGETS` (this machine's CPU).
 
     Returns
     -------
@@ -116,9 +126,5 @@ def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets
     >>> p = place(mod, params, {"relax.nn.conv2d": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})  # doctest: +SKIP
     >>> p.run(x)  # doctest: +SKIP
     """
-    targets = TargetSet(targets if targets is not None else {"cpu": "llvm"})
     model = load_model(mod, params, example_inputs=example_inputs)
-    graph = op_graph(model)
-    full = resolve_assignment(graph, assignment, targets, default=targets.host.name)
-    annotated = annotate(model, graph, full, targets)
-    return Placement(model, graph, targets, full, annotated, fuse)
+    return Placement.from_assignment(model, op_graph(model), assignment, TargetSet(targets), fuse=fuse)

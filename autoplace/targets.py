@@ -22,6 +22,18 @@ from .errors import TargetError
 SUPPORTED_KINDS = ("llvm", "cuda")
 #: CUDA arch used when no GPU is visible to ask (H100/H200: Hopper).
 DEFAULT_CUDA_ARCH = "sm_90"
+#: The targets used when a call names none: this machine's CPU.
+DEFAULT_TARGETS = {"cpu": "llvm"}
+
+
+def device_label(kind: str, vdevice_id: int) -> str:
+    """How profiles, costs and plans name one device: kind and vdevice id (``"llvm:0"``, ``"cuda:1"``)."""
+    return f"{kind}:{int(vdevice_id)}"
+
+
+def kind_of_label(label: str) -> str:
+    """The target kind of a device label (``"llvm:1"`` -> ``"llvm"``); a bare kind passes through."""
+    return str(label).split(":", 1)[0]
 
 
 def _make_target(name: str, spec) -> tvm.target.Target:
@@ -87,6 +99,11 @@ class Target:
         return tvm.device("cpu" if self.kind == "llvm" else self.kind, self.vdevice_id)
 
     @property
+    def label(self) -> str:
+        """The device label profiles and costs use (``"llvm:0"``), see :func:`device_label`."""
+        return device_label(self.kind, self.vdevice_id)
+
+    @property
     def is_gpu(self) -> bool:
         return self.kind == "cuda"
 
@@ -115,7 +132,9 @@ class TargetSet(Mapping):
         On an empty set, an unknown kind, or a spec TVM rejects.
     """
 
-    def __init__(self, targets):
+    def __init__(self, targets=None):
+        if targets is None:
+            targets = DEFAULT_TARGETS
         if isinstance(targets, TargetSet):
             self._targets = dict(targets._targets)
             return
@@ -152,7 +171,7 @@ class TargetSet(Mapping):
         return len(self._targets)
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{t.name}={t.kind}:{t.vdevice_id}" for t in self._targets.values())
+        inner = ", ".join(f"{t.name}={t.label}" for t in self._targets.values())
         return f"TargetSet({inner})"
 
     @property

@@ -22,7 +22,7 @@ import tvm
 
 import autoplace
 from autoplace import zoo
-from autoplace.build import Runner, single_device_build
+from autoplace.backend import Runner, single_device_build
 
 
 def measure(name: str, size: str, rounds: int, repeat: int) -> dict:
@@ -45,7 +45,7 @@ def measure(name: str, size: str, rounds: int, repeat: int) -> dict:
     for _ in range(rounds):
         plain_us.extend(plain.time_us(inputs, number=number, repeat=repeat))
         ours_us.extend(ours.time_us(inputs, number=number, repeat=repeat))
-    lowered = autoplace.build.lower(placement.mod)
+    lowered = autoplace.backend.lower(placement.mod)
     kernels = sum(1 for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     return dict(
         model=name,

@@ -15,8 +15,9 @@ import argparse
 import json
 import time
 
+from synthetic import default_copy_cost, layered_dag  # experiments/synthetic.py, beside this script
+
 from autoplace.solve import PlacementProblem, solve
-from autoplace.solve.synthetic import default_copy_cost, layered_dag
 
 
 def run_case(targets, n_layers, width, seed, time_limit_s, relative_gap, memory_fraction=None):

@@ -1,9 +1,12 @@
 import os
+import sys
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
+# Test helpers shared with the benchmarks (``experiments/synthetic.py``) import as ``experiments.*``.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +20,7 @@ def zoo_models():
 @pytest.fixture(scope="session")
 def reference_outputs(zoo_models):
     """Single-device (plain ``tvm.compile``) outputs of each zoo model on its seeded random inputs."""
-    from autoplace.build import Runner, single_device_build
+    from autoplace.backend import Runner, single_device_build
     from autoplace.targets import TargetSet
 
     out = {}

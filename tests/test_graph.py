@@ -1,11 +1,13 @@
 """The op graph view: names, attributes, tuples, constants, several outputs."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 from tvm.script import relax as R
 
 import autoplace
+import autoplace.errors
 from autoplace import zoo
 
 
@@ -100,3 +102,60 @@ def test_instances_and_op_names_select_nodes():
     assert len(convs) > 2
     assert select_nodes(graph, "relax.nn.conv2d#0") == [convs[0]]
     assert select_nodes(graph, "conv2d") == convs
+
+
+# -- the kernel-level graph -----------------------------------------------------------------------
+
+
+class _TenPerOp:
+    """Fake costs: 10 us per op a kernel computes, 1 us per launch (numbers to check by hand)."""
+
+    def latencies(self, units, kind, graph=None):
+        import pandas as pd
+
+        return pd.DataFrame({"latency_us": [10.0 * len(u.nodes) for u in units], "source": ["measured"] * len(units)})
+
+    def launch_us(self, label):
+        return 1.0
+
+
+def test_unit_graph_of_a_small_module_exactly():
+    """x -> matmul(x, w) -> relu -> softmax, and sum(x), returned as a tuple: FuseOps puts matmul+relu in one
+    kernel; the solver's graph has three kernels, the input and the output, with the tensors' exact bytes."""
+    from autoplace.graph import unit_graph
+    from autoplace.profile.units import units_by_kind
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 16), "float32"))
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, w))
+            b = bb.emit(relax.op.nn.relu(a))
+            c = bb.emit(relax.op.nn.softmax(b))
+            d = bb.emit(relax.op.sum(x, axis=[1]))
+            out = bb.emit_output(relax.Tuple([c, d]))
+        bb.emit_func_output(out)
+    model = autoplace.load_model(bb.get(), [np.ones((8, 16), "float32")])
+    graph = autoplace.op_graph(model)
+    targets = autoplace.TargetSet({"cpu0": "llvm", "cpu1": "llvm"})
+    units = unit_graph(graph, units_by_kind(model, graph, targets), _TenPerOp(), targets)
+
+    assert units.members == {"lv1": ["lv", "lv1"], "lv2": ["lv2"], "lv3": ["lv3"]}
+    assert units.owner == {"lv": "lv1", "lv1": "lv1", "lv2": "lv2", "lv3": "lv3"}
+    nodes = units.graph.nodes
+    assert set(nodes) == {"x", "lv1", "lv2", "lv3", "output"}
+    assert nodes["x"]["pinned"] == nodes["output"]["pinned"] == "cpu0"
+    assert nodes["lv1"]["latency_us"] == {"cpu0": 21.0, "cpu1": 21.0}  # two ops + one launch
+    assert nodes["lv2"]["latency_us"] == {"cpu0": 11.0, "cpu1": 11.0}
+    assert nodes["lv1"]["weight_bytes"] == 8 * 16 * 4 and nodes["lv2"]["weight_bytes"] == 0
+    edges = {(u, v): d["nbytes"] for u, v, d in units.graph.edges(data=True)}
+    assert edges == {("x", "lv1"): 4 * 8 * 4, ("x", "lv3"): 4 * 8 * 4, ("lv1", "lv2"): 4 * 16 * 4,
+                     ("lv2", "output"): 4 * 16 * 4, ("lv3", "output"): 4 * 4}
+    # A pin on one op pins its kernel; a plan over kernels means a target for every op.
+    assert units.unit_pins(graph, {"relax.nn.relu": "cpu1"}, targets) == {"lv1": "cpu1"}
+    plan = {"x": "cpu0", "lv1": "cpu1", "lv2": "cpu1", "lv3": "cpu0", "output": "cpu0"}
+    assert units.op_assignment(plan, graph) == {"x": "cpu0", "lv": "cpu1", "lv1": "cpu1", "lv2": "cpu1",
+                                                "lv3": "cpu0", "output": "cpu0"}
+    with pytest.raises(autoplace.errors.InfeasiblePlacementError, match="contradictory pins"):
+        units.unit_pins(graph, {"lv": "cpu0", "lv1": "cpu1"}, targets)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AutoplaceError
+from ..targets import kind_of_label
 from .features import as_records, unit_ops
 
 #: Format of saved models. Bump when the JSON layout changes; :func:`load` refuses other versions.
@@ -249,7 +250,7 @@ def _target_of(record, kinds) -> str:
         value = getattr(record, "target_kind", None)
     if value is None and len(kinds) == 1:
         return kinds[0]
-    return str(value).split(":")[0]
+    return kind_of_label(value)
 
 
 def training_units(records) -> pd.DataFrame:

@@ -117,7 +117,7 @@ def leave_one_family_out(
 ) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
 
-    Families in ``never_held_out`` (the single-kernel shape sweep ``zoo.op_sweep`` and the stride grid
+    Families in ``never_held_out`` (the single-kernel shape sweep of ``experiments/op_sweep.py`` and the stride grid
     ``zoo.regime_grid``) are training data only: the evaluation is about models users bring.
 
     Parameters

@@ -14,7 +14,7 @@ rewrites ``main`` so that
   copied to the output node's target (the host by default).
 
 The result passes ``RealizeVDevice`` and builds with the stock recipe as well as with
-:func:`autoplace.build.build`.
+:func:`autoplace.backend.build`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import scipy.optimize
 import tvm
 from tvm import relax
 
-from ..build.pipeline import build
+from ..backend.pipeline import build
 from ..targets import TargetSet
 
 #: Copy sizes measured by default: 4 B .. 256 MiB (powers of 4).

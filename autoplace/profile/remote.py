@@ -16,7 +16,7 @@ import shutil
 
 import tvm
 
-from ..build.pipeline import build
+from ..backend.pipeline import build
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet

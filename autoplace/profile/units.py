@@ -1,6 +1,6 @@
 """Profiling units: the fused kernels a build actually runs, and which op nodes each one covers.
 
-A model placed entirely on one target and lowered by :func:`autoplace.build.lower` calls one
+A model placed entirely on one target and lowered by :func:`autoplace.backend.lower` calls one
 kernel per fusion group. Each ``call_tir`` is a **unit**: its PrimFunc (with the target it is compiled
 for), its argument shapes and the op nodes of :func:`autoplace.graph.op_graph` it computes. Units with
 structurally equal PrimFuncs on the same target kind share a ``key`` (repeated layers are measured
@@ -20,9 +20,11 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..build.pipeline import lower
+from ..backend.pipeline import lower
+from ..emit import annotate
+from ..frontend import load_model
+from ..graph import op_graph, resolve_assignment
 from ..graph.view import _flat_tensors, _shape
-from ..place import place
 from ..targets import TargetSet
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -181,11 +183,12 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
     graph : networkx.DiGraph, optional
         The model's op graph (computed if not given).
     """
+    model = load_model(model)
+    graph = graph if graph is not None else op_graph(model)
     targets = TargetSet({"t": target_spec})
-    placement = place(model, None, None, targets)
-    graph = graph if graph is not None else placement.graph
+    annotated = annotate(model, graph, resolve_assignment(graph, None, targets, default="t"), targets)
     fused = []
-    lowered = lower(placement.mod, on_fused=fused.append)
+    lowered = lower(annotated.mod, on_fused=fused.append)
     groups = _GroupMapper(graph, fused[0]).groups
     kind = targets["t"].kind
     units = []
@@ -218,3 +221,12 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
                 )
             )
     return units
+
+
+def units_by_kind(model, graph: nx.DiGraph, targets: TargetSet) -> dict[str, list[Unit]]:
+    """``{target kind: extract_units(...)}`` for every kind in ``targets`` (each kind lowered once)."""
+    out: dict[str, list[Unit]] = {}
+    for name in targets:
+        if targets[name].kind not in out:
+            out[targets[name].kind] = extract_units(model, targets[name].target, graph=graph)
+    return out

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .cost import batch_objective_us, evaluate
-from .errors import InfeasiblePlacementError, PlacementError
+from ..errors import InfeasiblePlacementError, PlacementError
+from .cost import batch_objective_us, evaluate, over_memory_caps
 from .problem import PlacementProblem
 
 __all__ = ["all_on", "brute_force", "check_memory", "greedy", "manual"]
@@ -25,12 +25,10 @@ def _names(problem: PlacementProblem, rows) -> str:
 
 def check_memory(problem: PlacementProblem, target_of: np.ndarray, method: str) -> None:
     """Raise :class:`InfeasiblePlacementError` if a placement breaks a memory cap."""
-    if not problem.has_memory_caps:
-        return
-    used = evaluate(problem, target_of).memory_bytes
-    over = np.nonzero(used > problem.memory_bytes)[0]
-    if len(over):
-        d = int(over[0])
+    over = over_memory_caps(problem, target_of)
+    if over:
+        d = over[0]
+        used = evaluate(problem, target_of).memory_bytes
         t = problem.targets[d]
         raise InfeasiblePlacementError(
             f"the {method} placement uses {int(used[d])} bytes on {t}, above its memory cap of "
@@ -40,31 +38,26 @@ def check_memory(problem: PlacementProblem, target_of: np.ndarray, method: str) 
 
 
 def all_on(problem: PlacementProblem, target: str) -> np.ndarray:
-    """Every node on ``target``.
+    """Every node on ``target``, except pinned nodes, which stay where they are pinned (model inputs
+    arrive on the host and outputs return there, whatever runs the kernels).
 
     Raises
     ------
     PlacementError
-        If ``target`` is unknown, does not support some nodes, or some nodes are pinned
-        elsewhere (the message names them).
+        If ``target`` is unknown, or does not support some unpinned nodes (the message names them).
     """
     p = problem
     if target not in p.targets:
         raise PlacementError(f"unknown target {target!r}: the problem's targets are {list(p.targets)}")
     d = p.targets.index(target)
-    unsupported = np.nonzero(~np.isfinite(p.latency_us[:, d]))[0]
+    free = p.pinned < 0
+    unsupported = np.nonzero(free & ~p.allowed[:, d])[0]
     if len(unsupported):
         raise InfeasiblePlacementError(
             f"cannot put everything on {target}: it does not support nodes {_names(p, unsupported)}; "
             f"add {target!r} to their latency_us or choose another method"
         )
-    pinned_elsewhere = np.nonzero((p.pinned >= 0) & (p.pinned != d))[0]
-    if len(pinned_elsewhere):
-        raise InfeasiblePlacementError(
-            f"cannot put everything on {target}: nodes {_names(p, pinned_elsewhere)} are pinned "
-            "to other targets; unpin them or choose another method"
-        )
-    return np.full(p.n_nodes, d, dtype=np.int64)
+    return np.where(free, d, p.pinned).astype(np.int64)
 
 
 def greedy(problem: PlacementProblem) -> np.ndarray:

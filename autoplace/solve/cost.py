@@ -12,7 +12,7 @@ import numpy as np
 
 from .problem import PlacementProblem
 
-__all__ = ["PlacementCost", "batch_objective_us", "evaluate"]
+__all__ = ["PlacementCost", "batch_objective_us", "evaluate", "fits_memory", "over_memory_caps"]
 
 
 class PlacementCost(NamedTuple):
@@ -112,3 +112,19 @@ def batch_objective_us(problem: PlacementProblem, target_of: np.ndarray):
             present[rows[needed], prod, d] = True
     memory = np.einsum("bnd,n->bd", present, p.footprint_bytes.astype(np.float64))
     return obj, memory
+
+
+def over_memory_caps(problem: PlacementProblem, target_of: np.ndarray) -> list[int]:
+    """Target numbers whose memory cap the placement breaks (empty when it fits, or there are no caps).
+
+    The one memory-fit check of the package: every solver, baseline and comparison asks it.
+    """
+    if not problem.has_memory_caps:
+        return []
+    used = evaluate(problem, target_of).memory_bytes
+    return [int(d) for d in np.nonzero(used > problem.memory_bytes)[0]]
+
+
+def fits_memory(problem: PlacementProblem, target_of: np.ndarray) -> bool:
+    """Whether the placement keeps every target within its memory cap."""
+    return not over_memory_caps(problem, target_of)

@@ -57,7 +57,7 @@ through:
    sign their row allows);
 2. a placement by rounding the LP (each node to its largest :math:`x_{i,d}`), improved, when
    memory is not capped, by optimal swap moves between pairs of targets (each one a min cut,
-   :func:`autoplace.solve.mincut.improve_by_swaps`) and then single-node moves.
+   :func:`autoplace.solve.local_search.improve_by_swaps`) and then single-node moves.
 
 If the gap is still above the tolerance, branch and bound runs on the whole model with the
 time left. The best placement found and the best bound proven are returned; the gap is
@@ -73,12 +73,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import InfeasiblePlacementError, PlacementError
-from .mincut import improve_by_swaps
+from ..errors import InfeasiblePlacementError, PlacementError
+from .baselines import greedy
+from .cost import fits_memory
+from .local_search import improve_by_moves, improve_by_swaps
 from .plan import relative_gap as gap_of
 from .problem import PlacementProblem
 
-__all__ = ["LP_FIRST_NNZ", "IlpModel", "build_model", "improve_by_moves", "solve_ilp"]
+__all__ = ["LP_FIRST_NNZ", "IlpModel", "build_model", "solve_ilp"]
 
 #: Models with more nonzeros than this start with the PDLP phases (see module docstring).
 LP_FIRST_NNZ = 150_000
@@ -330,18 +332,6 @@ def _decode(problem: PlacementProblem, values: np.ndarray) -> np.ndarray:
     return x.argmax(axis=1).astype(np.int64)
 
 
-def _fits_memory(problem: PlacementProblem, target_of: np.ndarray) -> bool:
-    if not problem.has_memory_caps:
-        return True
-    from .cost import evaluate
-
-    return bool((evaluate(problem, target_of).memory_bytes <= problem.memory_bytes).all())
-
-
-def _greedy(problem: PlacementProblem) -> np.ndarray:
-    return np.where(problem.allowed, problem.latency_us, np.inf).argmin(axis=1).astype(np.int64)
-
-
 def _objective(problem: PlacementProblem, target_of: np.ndarray) -> float:
     from .cost import evaluate
 
@@ -389,91 +379,6 @@ def _pdlp(model: IlpModel, time_limit_s: float, tolerance: float, threads: int):
     if not solver.has_solution():
         return None, None
     return np.asarray(solver.variable_values()), np.asarray(solver.dual_values())
-
-
-# ---------------------------------------------------------------------- local search
-
-
-def improve_by_moves(
-    problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None
-) -> np.ndarray:
-    """Move single nodes to cheaper targets until no move helps (memory caps are ignored).
-
-    Each pass visits every node and moves it to the target that lowers the total cost most
-    (node latency, copies of its own tensors, and copies of the tensors it consumes). Stops
-    when a pass moves nothing, or at ``deadline`` (``time.perf_counter()`` value).
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-    target_of : numpy.ndarray of int, shape (n_nodes,)
-        Starting placement (must respect pins and support); not modified.
-    deadline : float, optional
-
-    Returns
-    -------
-    numpy.ndarray of int
-        A placement whose cost is at most the starting one.
-    """
-    p = problem
-    n, k = p.n_nodes, p.n_targets
-    target = [int(d) for d in target_of]
-    lat = np.where(p.allowed, p.latency_us, np.inf).tolist()
-    options = [np.nonzero(row)[0].tolist() for row in p.allowed]
-    prod = p.tensor_producer.tolist()
-    W = p.copy_latency_us.tolist()
-    out_tensors = [[] for _ in range(n)]
-    for t, i in enumerate(prod):
-        out_tensors[i].append(t)
-    in_tensors = [[] for _ in range(n)]
-    count = [[0] * k for _ in range(p.n_tensors)]  # consumers of t on each target
-    for t, u in zip(p.use_tensor.tolist(), p.use_consumer.tolist()):
-        in_tensors[u].append(t)
-        count[t][target[u]] += 1
-    K = range(k)
-
-    def move_cost(i, d):
-        cost = lat[i][d]
-        for t in out_tensors[i]:
-            cnt, w = count[t], W[t][d]
-            for e in K:
-                if e != d and cnt[e]:
-                    cost += w[e]
-        return cost
-
-    for _ in range(1000):
-        moved = False
-        for i in range(n):
-            if deadline is not None and i % 1024 == 0 and time.perf_counter() > deadline:
-                break
-            opts = options[i]
-            if len(opts) < 2:
-                continue
-            here = target[i]
-            base = move_cost(i, here)
-            best_d, best_delta = here, -1e-9 * max(1.0, abs(base))
-            for d in opts:
-                if d == here:
-                    continue
-                delta = move_cost(i, d) - base
-                for t in in_tensors[i]:
-                    s = target[prod[t]]
-                    cnt = count[t]
-                    if here != s and cnt[here] == 1:
-                        delta -= W[t][s][here]
-                    if d != s and cnt[d] == 0:
-                        delta += W[t][s][d]
-                if delta < best_delta:
-                    best_d, best_delta = d, delta
-            if best_d != here:
-                for t in in_tensors[i]:
-                    count[t][here] -= 1
-                    count[t][best_d] += 1
-                target[i] = best_d
-                moved = True
-        if not moved or (deadline is not None and time.perf_counter() > deadline):
-            break
-    return np.asarray(target, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------- memory diagnosis
@@ -597,7 +502,7 @@ def solve_ilp(
 
     def offer(target_of, phase):
         nonlocal best, best_obj
-        if target_of is None or not _fits_memory(p, target_of):
+        if target_of is None or not fits_memory(p, target_of):
             return
         obj = _objective(p, target_of)
         if obj < best_obj - 1e-12 * max(1.0, abs(obj)):
@@ -619,7 +524,7 @@ def solve_ilp(
 
     # phase 0: a placement and a bound for free: greedy (or the caller's start), and every
     # node at its fastest allowed target with no copies
-    offer(np.asarray(start) if start is not None else _greedy(p), "start")
+    offer(np.asarray(start) if start is not None else greedy(p), "start")
     bound = float(np.where(p.allowed, p.latency_us, np.inf).min(axis=1).sum())
     note("start", t0)
 

@@ -32,7 +32,7 @@ The minimum cut's value equals the minimum objective, and the source side of the
 optimal placement.
 
 The same construction, with two more kinds of terms, gives optimal *swap moves* on any
-number of targets (:func:`improve_by_swaps`): nodes on targets ``a`` and ``b`` choose again
+number of targets (:func:`autoplace.solve.local_search.improve_by_swaps`): nodes on targets ``a`` and ``b`` choose again
 between the two while the rest stay. A tensor made on a third target and consumed on ``a``
 or ``b`` must be fetched once to each side that has a consumer:
 
@@ -50,10 +50,10 @@ import time
 
 import numpy as np
 
-from .errors import PlacementError
+from ..errors import PlacementError
 from .problem import PlacementProblem
 
-__all__ = ["CAPACITY_SCALE_BITS", "improve_by_swaps", "min_cut_labels", "solve_mincut"]
+__all__ = ["CAPACITY_SCALE_BITS", "min_cut_labels", "solve_mincut"]
 
 #: Finite capacities are scaled so that their sum is about ``2**CAPACITY_SCALE_BITS``.
 CAPACITY_SCALE_BITS = 40
@@ -242,85 +242,3 @@ def solve_mincut(problem: PlacementProblem) -> tuple[np.ndarray, dict]:
         p.use_consumer,
     )
     return labels, {"n_arcs": info["n_arcs"], "mincut_s": round(time.perf_counter() - t0, 4)}
-
-
-def improve_by_swaps(
-    problem: PlacementProblem, target_of: np.ndarray, deadline: float | None = None, max_rounds: int = 20
-) -> np.ndarray:
-    """Improve a placement by optimal swap moves between pairs of targets (memory ignored).
-
-    A swap move on targets ``a`` and ``b`` lets every node now on ``a`` or ``b`` (and allowed
-    on both) choose again between the two, all others staying put. Its cost, as a function
-    of those binary choices, is an energy of the form :func:`min_cut_labels` minimises
-    exactly: node latencies and copies to other targets are unary terms; tensors made on
-    ``a``/``b`` and consumed there are copy terms; tensors made elsewhere and consumed on
-    ``a``/``b`` are fetch terms. So each move is optimal and never raises the cost; rounds
-    over all pairs repeat until a round changes nothing, ``max_rounds`` is reached or the
-    ``deadline`` (a ``time.perf_counter()`` value) passes.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-    target_of : numpy.ndarray of int, shape (n_nodes,)
-        A placement that respects pins and support; not modified.
-    deadline : float, optional
-    max_rounds : int
-
-    Returns
-    -------
-    numpy.ndarray of int
-        A placement costing at most as much as ``target_of``.
-    """
-    from .cost import evaluate
-
-    p = problem
-    k = p.n_targets
-    L = np.asarray(target_of, dtype=np.int64).copy()
-    W = p.copy_latency_us
-    prod, ut, uc = p.tensor_producer, p.use_tensor, p.use_consumer
-    best = evaluate(p, L).objective_us
-    for _ in range(max_rounds):
-        improved = False
-        for a in range(k):
-            for b in range(a + 1, k):
-                if deadline is not None and time.perf_counter() > deadline:
-                    return L
-                in_set = (L == a) | (L == b)
-                both = p.allowed[:, a] & p.allowed[:, b]
-                fixed = np.where(in_set & both, -1, np.where(L == a, 0, 1))
-                cost0 = p.latency_us[:, a].copy()
-                cost1 = p.latency_us[:, b].copy()
-                # uses whose tensor is made inside the set vs outside, consumer inside vs outside
-                p_in = in_set[prod]
-                c_in = in_set[uc]
-                # copies from a set producer to consumers outside the set: unary on the producer,
-                # once per (tensor, outside target)
-                out_uses = p_in[ut] & ~c_in
-                code = np.unique(ut[out_uses] * k + L[uc[out_uses]])
-                t_o, d_o = code // k, code % k
-                np.add.at(cost0, prod[t_o], W[t_o, a, d_o])
-                np.add.at(cost1, prod[t_o], W[t_o, b, d_o])
-                # copy terms: set producer, set consumers
-                cu = p_in[ut] & c_in
-                ct = np.unique(ut[cu])
-                term = np.full(p.n_tensors, -1, dtype=np.int64)
-                term[ct] = np.arange(len(ct))
-                # fetch terms: producer outside the set, consumers inside
-                fu = ~p_in[ut] & c_in
-                ft = np.unique(ut[fu])
-                fterm = np.full(p.n_tensors, -1, dtype=np.int64)
-                fterm[ft] = np.arange(len(ft))
-                src_f = L[prod[ft]]
-                labels, _ = min_cut_labels(
-                    fixed, np.where(np.isfinite(cost0), cost0, 0.0), np.where(np.isfinite(cost1), cost1, 0.0),
-                    prod[ct], W[ct, a, b], W[ct, b, a], term[ut[cu]], uc[cu],
-                    W[ft, src_f, a], W[ft, src_f, b], fterm[ut[fu]], uc[fu],
-                )  # fmt: skip
-                trial = L.copy()
-                trial[in_set] = np.where(labels[in_set] == 0, a, b)
-                cost = evaluate(p, trial).objective_us
-                if cost < best - 1e-9 * max(1.0, abs(best)):
-                    L, best, improved = trial, cost, True
-        if not improved:
-            break
-    return L

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import InfeasiblePlacementError, PlacementError
+from ..errors import InfeasiblePlacementError, PlacementError
 
 __all__ = ["CopyCost", "PlacementProblem"]
 

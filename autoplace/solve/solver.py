@@ -7,8 +7,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..errors import PlacementError
 from . import baselines
-from .errors import PlacementError
+from .cost import fits_memory
 from .ilp import solve_ilp
 from .mincut import solve_mincut
 from .plan import PlacementPlan
@@ -41,7 +42,7 @@ def solve(
         min-cut (:mod:`.mincut`), exact, kept when it fits the memory caps; otherwise the
         integer program (:mod:`.ilp`). ``"ilp"``, ``"mincut"`` (two targets; with memory caps
         only when its optimum happens to fit them): that solver. Baselines:
-        ``"all:<target>"`` (everything on one target), ``"greedy"`` (each node on its fastest
+        ``"all:<target>"`` (every kernel on one target; pinned nodes stay where pinned), ``"greedy"`` (each node on its fastest
         allowed target, copies ignored), ``"manual"`` (``assignment`` as given; every node
         must be listed), ``"brute_force"`` (tries every placement; tiny problems only).
     time_limit_s : float
@@ -103,7 +104,7 @@ def solve(
         elif p.n_targets == 2:
             target_of, info = solve_mincut(p)
             method_used = "mincut"
-            if _fits(p, target_of):
+            if fits_memory(p, target_of):
                 status = "optimal"
             else:  # the uncapped optimum breaks a cap: the ILP decides
                 target_of, bound, proven, info = solve_ilp(p, time_limit_s, relative_gap, t_start=t0, **opts)
@@ -117,7 +118,7 @@ def solve(
         status, method_label = ("optimal" if proven else "feasible"), "ilp"
     elif method == "mincut":
         target_of, info = solve_mincut(p)
-        if not _fits(p, target_of):
+        if not fits_memory(p, target_of):
             raise PlacementError(
                 "the min-cut optimum ignores memory caps and breaks one here: use method='auto' or 'ilp'"
             )
@@ -149,11 +150,3 @@ def solve(
     )
     validate_plan(p, plan)
     return plan
-
-
-def _fits(problem: PlacementProblem, target_of: np.ndarray) -> bool:
-    from .cost import evaluate
-
-    if not problem.has_memory_caps:
-        return True
-    return bool((evaluate(problem, target_of).memory_bytes <= problem.memory_bytes).all())

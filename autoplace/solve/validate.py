@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import PlacementError
+from ..errors import PlacementError
 from .plan import PlacementPlan
 from .problem import PlacementProblem
 
