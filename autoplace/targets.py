@@ -104,10 +104,6 @@ class Target:
         return device_label(self.kind, self.vdevice_id)
 
     @property
-    def is_gpu(self) -> bool:
-        return self.kind == "cuda"
-
-    @property
     def available(self) -> bool:
         """Whether this machine can run code for the target."""
         if self.kind == "llvm":
@@ -186,15 +182,6 @@ class TargetSet(Mapping):
     @property
     def devices(self) -> list[tvm.runtime.Device]:
         return [t.device for t in self._targets.values()]
-
-    def by_vdevice(self, vdevice) -> Target:
-        """The target whose vdevice is ``vdevice`` (compared by kind and id, not identity)."""
-        for t in self._targets.values():
-            if vdevice.same_as(t.vdevice) or (
-                vdevice.target.kind.name == t.kind and int(vdevice.vdevice_id) == t.vdevice_id
-            ):
-                return t
-        raise TargetError(f"vdevice {vdevice} is not one of the targets {self!r}")
 
     def unavailable(self) -> list[str]:
         """Names of targets this machine cannot run."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import networkx as nx
-import numpy as np
 import tvm
 from tvm import relax
 
@@ -87,7 +86,6 @@ class _Emitter:
         self.weight_alias: dict = {}  # binding var -> the weight parameter it renames
         self.copy_cache: dict = {}
         self.bindings: list = []
-        self.in_dataflow = False
         self.copies: list = []
         self._name = _Names()  # unique variable names, as the frontend makes them
         self.names = self._name.used
@@ -317,6 +315,3 @@ def annotate(model: Model, graph: nx.DiGraph, assignment: dict, targets: TargetS
     default to the host) as an annotated Relax module. See the module docstring."""
     return _Emitter(model, graph, assignment, targets).emit()
 
-
-def to_numpy_list(values) -> list[np.ndarray]:
-    return [v if isinstance(v, np.ndarray) else v.numpy() for v in values]

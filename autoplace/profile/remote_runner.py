@@ -70,6 +70,8 @@ def summary(samples_us):
 
 
 def args_for(tvm, shapes, dtypes, num_outputs, dev):
+    # The same arguments as autoplace.profile.measure._random_args, written again on purpose: this file
+    # is copied alone to a device box that has only the TVM runtime (no autoplace, no compiler).
     rng = np.random.default_rng(0)
     out = []
     for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
