@@ -131,12 +131,13 @@ class OptimizeResult:
                        graph=json_graph.node_link_data(self.view.graph, edges="links"))
         _write_json_atomically(paths["result"], payload)
         if picture:
+            from .show import render_plan
+
             try:
-                from .show import render_plan
-            except ImportError:  # matplotlib is an optional extra
+                render_plan(self, os.path.join(out_dir, f"{name}.png"))
+            except ImportError:  # matplotlib is an optional extra: no picture
                 return paths
             paths["picture"] = os.path.join(out_dir, f"{name}.png")
-            render_plan(self, paths["picture"])
         return paths
 
     @classmethod
