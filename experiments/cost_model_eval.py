@@ -72,7 +72,7 @@ def _fmt(v, pct=False):
 
 def remeasure(records: pd.DataFrame, names, target: str = "llvm") -> pd.DataFrame:
     """Time zoo models end to end now, as the profiler does (``autoplace.profile.job.model_record``)."""
-    from autoplace import zoo
+    from autoplace import op_graph, zoo
     from autoplace.profile import extract_units
     from autoplace.profile.job import model_record
     from autoplace.targets import TargetSet
@@ -82,8 +82,9 @@ def remeasure(records: pd.DataFrame, names, target: str = "llvm") -> pd.DataFram
     recorded = model_unit_keys(records, target)
     for name in names:
         model = zoo.parse(name)
-        units = extract_units(model, targets["t"].target)
-        rec = model_record(model, units, targets, "t", target)
+        graph = op_graph(model)
+        units = extract_units(model, targets["t"].target, graph=graph)
+        rec = model_record(model, graph, units, targets, "t", target)
         same = [u.key for u in units] == recorded.get(name)
         rows.append(
             dict(target=target, model=name, e2e_fresh_us=rec.get("median_us", np.nan), same_kernels=same)

@@ -99,10 +99,11 @@ JOB = textwrap.dedent(
     import sys
     from autoplace import zoo
     from autoplace.profile import KernelTimer, ProfileStore, profile_models
-    store = ProfileStore(sys.argv[1])
-    timer = KernelTimer(repeat=2, min_repeat_ms=10)
-    profile_models([zoo.get("cnn"), zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False,
-                   end_to_end=False, timer=timer, progress=False)
+    if __name__ == "__main__":  # the kernel timer's worker process imports this script again
+        store = ProfileStore(sys.argv[1])
+        timer = KernelTimer(repeat=2, min_repeat_ms=10)
+        profile_models([zoo.get("cnn"), zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False,
+                       end_to_end=False, timer=timer, progress=False)
     """
 )
 
@@ -133,6 +134,7 @@ def test_resume_after_kill_loses_nothing(tmp_path):
     expected = {u.key for m in ("cnn", "mlp") for u in extract_units(zoo.get(m), "llvm")}
     assert set(after["key"]) == expected  # every kernel measured
     assert len(after) == len(expected)  # none measured twice
+    assert (after["status"] == "ok").all(), after[after["status"] != "ok"][["func_name", "status", "error"]]
     assert set(before["key"]) <= set(after["key"])  # nothing that was on disk got lost
 
 

@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..targets import kind_of_label
 from .cost_model import CostModel, create, load
 from .features import as_records, features_from_unit
 
@@ -31,10 +32,6 @@ PREDICTED = "predicted"
 PREDICTED_UNSEEN_OP = "predicted-unseen-op"
 #: ``source`` of a latency: the profile recorded that this kernel fails on the target (``inf``).
 UNSUPPORTED = "unsupported"
-
-
-def _kind_of(label: str) -> str:
-    return str(label).split(":")[0]
 
 
 def _records_frame(records) -> pd.DataFrame:
@@ -122,6 +119,31 @@ class CostTable:
             model = path if os.path.exists(path) else "xgb"
         return cls(ProfileStore(profile_dir).records(), model=model)
 
+    @classmethod
+    def from_profiles(cls, profile_dirs, model: CostModel | str | None = "auto") -> CostTable:
+        """One table over several profile folders (e.g. a CPU profile and a GPU box's profile).
+
+        Records of every folder are read, including those measured on other hardware (the folders
+        were chosen for the devices they measured, see :func:`autoplace.profile.find_profiles`).
+        ``model="auto"``: the first saved model found among the folders (``<dir>/cost_model.json``),
+        else an XGBoost model trained now on all the records (seconds).
+        """
+        from ..profile import ProfileStore
+        from .train import default_model_path
+
+        folders = [profile_dirs] if isinstance(profile_dirs, (str, os.PathLike)) else list(profile_dirs)
+        frames = [ProfileStore(os.fspath(folder)).records(allow_foreign=True) for folder in folders]
+        if model == "auto":
+            saved = [default_model_path(f) for f in folders if os.path.exists(default_model_path(f))]
+            model = saved[0] if saved else "xgb"
+        return cls(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), model=model)
+
+    def copy_costs(self, targets) -> dict:
+        """``{(source name, destination name): (alpha_us, us_per_byte)}`` for every ordered pair of
+        distinct targets of a :class:`~autoplace.targets.TargetSet`: the placement problem's copy costs."""
+        return {(src, dst): self.copy_cost(targets[src].label, targets[dst].label)
+                for src in targets for dst in targets if src != dst}
+
     def end_to_end_us(self, units, target_label: str, *, graph=None) -> float:
         """Predicted latency of a model built entirely on one device, in microseconds.
 
@@ -138,7 +160,7 @@ class CostTable:
         -----
         ``invoke_us + len(units) * launch_us + sum of kernel latencies`` (each lookup first).
         """
-        kind = _kind_of(target_label)
+        kind = kind_of_label(target_label)
         frame = self.latencies(list(units), kind, graph=graph)
         return (
             self.invoke_us(target_label, default=0.0)
@@ -190,7 +212,7 @@ class CostTable:
             recs = [features_from_unit(u, graph) if hasattr(u, "prim_func") else u for u in units]
         rows, todo = [], []
         for i, rec in enumerate(recs):
-            target = _kind_of(target_kind) if target_kind else _kind_of(rec.get("target", "") or "")
+            target = kind_of_label(target_kind) if target_kind else kind_of_label(rec.get("target", "") or "")
             key = str(rec.get("key", ""))
             row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[])
             if (key, target) in self.measured_:
@@ -235,7 +257,7 @@ class CostTable:
         label = str(target_label)
         if label in self.launch_:
             return self.launch_[label]
-        same = [v for k, v in self.launch_.items() if _kind_of(k) == _kind_of(label)]
+        same = [v for k, v in self.launch_.items() if kind_of_label(k) == kind_of_label(label)]
         if same:
             return float(np.mean(same))
         if default is not None:
@@ -253,7 +275,7 @@ class CostTable:
         the profile measured them). Same fallbacks as :meth:`launch_us`."""
         label = str(target_label)
         if label not in self.invoke_:
-            same = sorted(k for k in self.invoke_ if _kind_of(k) == _kind_of(label))
+            same = sorted(k for k in self.invoke_ if kind_of_label(k) == kind_of_label(label))
             if not same:
                 if default is not None:
                     return float(default)
@@ -267,7 +289,8 @@ class CostTable:
         """``(alpha_us, us_per_byte)`` of copying from one device to another (``"llvm:0"``, ``"cuda:0"``).
 
         A copy to the same device is free. A pair without its own fit takes the mean of the fits
-        between devices of the same kinds in the same direction; with none, ``KeyError``.
+        between devices of the same kinds in the same direction; with none,
+        :class:`~autoplace.errors.CopyCostError` (a ``CostError``, and a ``KeyError``) saying what to profile.
         """
         src, dst = str(src_label), str(dst_label)
         if src == dst:
@@ -275,17 +298,39 @@ class CostTable:
         pair = f"{src}->{dst}"
         if pair in self.copy_:
             return self.copy_[pair]
-        kinds = (_kind_of(src), _kind_of(dst))
+        kinds = (kind_of_label(src), kind_of_label(dst))
         same = [
             v
             for k, v in self.copy_.items()
-            if "->" in k and tuple(_kind_of(p) for p in k.split("->", 1)) == kinds
+            if "->" in k and tuple(kind_of_label(p) for p in k.split("->", 1)) == kinds
         ]
         if same:
             return float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same]))
-        raise KeyError(
-            f"no copy fit for {pair} (have {sorted(self.copy_)}); profile both devices together "
-            '(autoplace profile --targets \'{"cpu": "llvm", "gpu": "cuda"}\')'
+        import json
+
+        from ..errors import CopyCostError
+        from ..targets import TargetSet
+
+        bases = ["cpu" if k == "llvm" else "gpu" if k == "cuda" else k for k in kinds]
+        if bases[0] == bases[1]:  # two devices of one kind: {"cpu0": "llvm", "cpu1": "llvm"}
+            bases = [f"{bases[0]}0", f"{bases[0]}1"]
+        names = dict(zip(bases, kinds))  # a target dict that makes both devices
+        spec = json.dumps(names)
+        try:
+            missing = TargetSet(names).unavailable()
+        except Exception:
+            missing = list(names)
+        kinds_missing = " and ".join(sorted({names[n] for n in missing}))
+        where = (f" on a machine with {kinds_missing} devices (this one cannot run {missing}; or build a "
+                 "bundle here with --bundle, see experiments/gpu/README.md)" if missing
+                 else " (this machine runs both)")
+        have = f"copy fits for {sorted(self.copy_)}" if self.copy_ else "no copy measurements at all"
+        raise CopyCostError(
+            f"no copy fit for {pair}: the profile has {have}; it was probably measured with one target only. "
+            f"Measure the copies between these devices{where}: "
+            f"autoplace profile --zoo mlp --targets '{spec}' "
+            "(kernels the profile already has are skipped: little more than the copies and the call overhead "
+            "get measured), then run this again."
         )
 
     def copy_us(self, src_label: str, dst_label: str, nbytes: float) -> float:

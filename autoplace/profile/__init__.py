@@ -1,6 +1,7 @@
 """Profiling: measure what the build really runs (fused kernels per target, copies, VM call overhead)
 and keep it in ``profiles/<hardware id>/``."""
 
+from .discover import default_profiles_root, find_profiles
 from .hardware import hardware_metadata
 from .job import profile_models
 from .measure import KernelTimer
@@ -14,7 +15,9 @@ __all__ = [
     "ProfileStore",
     "Unit",
     "default_profile_dir",
+    "default_profiles_root",
     "extract_units",
+    "find_profiles",
     "hardware_metadata",
     "profile_models",
 ]

@@ -56,7 +56,9 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             df = ProfileStore(folder).records(allow_foreign=True)
-        covered[folder] = set(df["target"][df["kind"] == "unit"]) if len(df) else set()
+        # A kind counts as measured there only where some kernel was measured successfully.
+        ok = (df["kind"] == "unit") & (df["status"] == "ok") if len(df) and "status" in df else None
+        covered[folder] = set(df["target"][ok]) if ok is not None else set()
     kinds = set(kinds)
     own = os.path.join(root, hardware_metadata()["hardware_id"])
     if kinds <= covered.get(own, set()):

@@ -1,8 +1,14 @@
-"""Where a profile was measured: CPU model and cores, GPU name and driver, TVM version, date."""
+"""Where a profile was measured: CPU model and cores, GPU name and driver, TVM version, date.
+
+:func:`hardware_metadata` describes this machine (a profile folder's ``metadata.json``);
+:func:`measured_by` is the stamp every record gets from the process that measures it: the hardware
+id, the TVM version running now and the date (never copied from a folder's metadata).
+"""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 import re
@@ -42,6 +48,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+@functools.lru_cache(maxsize=1)
+def _hardware() -> tuple:
+    """CPU model, usable cores and GPUs of this machine (asked once per process: nvidia-smi is slow)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = _cpu_model()
+    gpus = _gpus()
+    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
+    return "-".join(parts), cpu, cores, tuple(tuple(sorted(g.items())) for g in gpus)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def measured_by() -> dict:
+    """What measures a record made in this process now: ``hardware_id``, ``tvm_version``, ``measured_at``.
+
+    The TVM version is read from the ``tvm`` module imported here (the one compiling and timing the
+    kernels), not from any profile's ``metadata.json``.
+    """
+    import tvm
+
+    return {"hardware_id": _hardware()[0], "tvm_version": tvm.__version__, "measured_at": _now()}
+
+
 def hardware_metadata() -> dict:
     """Describe this machine; ``hardware_id`` names its ``profiles/`` folder.
 
@@ -50,17 +81,14 @@ def hardware_metadata() -> dict:
     """
     import tvm
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpu = _cpu_model()
-    gpus = _gpus()
-    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
+    hardware_id, cpu, cores, gpus = _hardware()
     return {
-        "hardware_id": "-".join(parts),
+        "hardware_id": hardware_id,
         "cpu_model": cpu,
         "cpu_cores": cores,
         "machine": platform.machine(),
-        "gpus": gpus,
+        "gpus": [dict(g) for g in gpus],
         "tvm_version": tvm.__version__,
         "python": platform.python_version(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": _now(),
     }

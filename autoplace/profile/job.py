@@ -1,8 +1,14 @@
 """The offline profiling job: unique kernels of many models on every target, copies, call overhead.
 
-``profile_models`` extracts the units of every model on every target, drops the ones the store
-already has (a killed job resumes where it stopped), measures the rest one by one (each record is
-on disk before the next starts) with a progress bar and an estimate of the time left.
+``profile_models`` extracts the units of every model on every target, takes the folder's job lock
+(a second job on the same folder waits, then measures only what is still missing), drops the units
+the store already has (a killed job resumes where it stopped), measures the rest one by one (each
+record is on disk before the next starts) with a progress bar and an estimate of the time left.
+
+What is recorded is what the kernels do, never what the harness does: a worker that cannot start,
+options that cannot time a trivial probe kernel, a target on which every kernel fails, or a disk that
+cannot take the record raise :class:`~autoplace.errors.ProfilingError` and keep no record of it.
+Every record is stamped with what measured it (:func:`~autoplace.profile.hardware.measured_by`).
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
+from ..errors import ProfilingError
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
-from .measure import KernelTimer
-from .store import ProfileStore
+from .hardware import measured_by
+from .measure import KernelTimer, refuse_in_spawn_bootstrap
+from .store import SUCCESS, ProfileStore
 from .units import extract_units
 
 
@@ -29,8 +37,9 @@ def _now() -> str:
 
 
 def target_label(target) -> str:
-    """How records name a device: kind and vdevice id (``llvm:0``, ``cuda:0``)."""
-    return f"{target.kind}:{target.vdevice_id}"
+    """How records name a device: kind and vdevice id (``llvm:0``, ``cuda:0``), see
+    :func:`autoplace.targets.device_label`."""
+    return target.label
 
 
 def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) -> dict:
@@ -62,17 +71,17 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
     )
 
 
-def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7) -> dict:
+def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7) -> dict:
     """End-to-end latency of the model built entirely on one target, with the kernels it launches.
 
     The cost model's evaluation and the fidelity experiment compare sums of unit costs to this.
     """
     import numpy as np
 
-    from ..place import place
+    from ..place import Placement
 
     one = TargetSet({name: targets[name].target})
-    placement = place(model, None, None, one)
+    placement = Placement.from_assignment(model, graph, None, one)
     inputs = model.random_inputs()
     try:
         samples = placement.runner.time_us(inputs, repeat=3)
@@ -89,11 +98,15 @@ def model_record(model, units, targets: TargetSet, name: str, kind: str, *, repe
                 measured_at=_now(), **timing)
 
 
-def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True, end_to_end: bool = True,
-                   redo: Iterable[str] = (),
-                   copy_sizes=DEFAULT_COPY_SIZES, timer: KernelTimer | None = None, progress: bool = True,
-                   log=print) -> dict:
+def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
+                   end_to_end: bool = True, redo: Iterable[str] = (), copy_sizes=DEFAULT_COPY_SIZES,
+                   timer: KernelTimer | None = None, progress: bool = True, log=print,
+                   lock_timeout_s: float | None = None) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
+
+    Call it from the command line (``autoplace profile``) or, in a script, under
+    ``if __name__ == "__main__":``: kernels are timed in a ``spawn`` worker process, which imports
+    the main script again.
 
     Parameters
     ----------
@@ -103,6 +116,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         Only targets this machine can run are measured; the others are reported as skipped
         (profile them on their machine, see :mod:`autoplace.profile.remote`).
     store : ProfileStore
+        This machine's folder (measuring into another machine's folder is refused).
     copies : bool
         Also measure copies between every ordered pair of targets, and the VM call overhead.
     end_to_end : bool
@@ -110,56 +124,166 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     redo : iterable of str
         Record kinds to measure again even if present (e.g. ``("model",)`` after a run disturbed by
         other load). The store is append-only: readers take the latest record of a key.
+    timer : KernelTimer, optional
+        How kernels are timed (its options are checked when it is made).
+    lock_timeout_s : float, optional
+        Give up (``ProfilingError``) after waiting this long for another job on the same folder;
+        default: wait until it ends.
+
+    Raises
+    ------
+    ProfilingError
+        The harness cannot measure: called while a worker imports a script without a main guard, a
+        worker that cannot start, a trivial probe kernel that the timer's options cannot measure, a
+        target on which every kernel of the run failed (nothing of it is kept), a folder of other
+        hardware, or a record that cannot be written (disk full).
     """
+    refuse_in_spawn_bootstrap("autoplace.profile.profile_models")
     targets = TargetSet(targets)
+    if timer is not None and not isinstance(timer, KernelTimer):
+        raise ProfilingError(f"timer must be a KernelTimer, got {type(timer).__name__}")
+    if copies and (not copy_sizes or any(int(n) <= 0 for n in copy_sizes)):
+        raise ProfilingError(f"copy_sizes={copy_sizes!r}: give positive byte counts (default 4 B .. 256 MiB)")
+    _check_folder_is_this_machine(store)
     skipped_targets = targets.unavailable()
     runnable = [name for name in targets if name not in skipped_targets]
     kinds = {}
     for name in runnable:
         kinds.setdefault(targets[name].kind, name)  # one profile per target kind
     redo = set(redo)
-    done = {tag for tag in store.done() if tag[0] not in redo}
-    todo, seen, total_units = [], set(), 0
-    model_runs = []
     started = time.perf_counter()
+    extracted = []
     for item in models:
         name, model = item if isinstance(item, tuple) else (None, item)
         model = load_model(model, name=name)
         graph = op_graph(model)
-        for kind, tname in kinds.items():
-            units = extract_units(model, targets[tname].target, graph=graph)
-            total_units += len(units)
-            if end_to_end and ("model", model.name, kind) not in done:
-                model_runs.append((model, units, tname, kind))
-            for unit in units:
-                tag = ("unit", unit.key, kind)
-                if tag in seen:
-                    continue
-                seen.add(tag)
-                if tag not in done:
-                    todo.append((model.name, graph, unit, targets[tname].target, kind))
-    log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already profiled, "
-        f"{len(todo)} to measure on {sorted(kinds)}" + (f"; not on this machine: {skipped_targets}" if skipped_targets else ""))
+        extracted.append((model, graph, {kind: extract_units(model, targets[t].target, graph=graph)
+                                         for kind, t in kinds.items()}))
     own_timer = timer is None
     timer = timer or KernelTimer()
-    measured = failed = 0
     try:
-        bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
-        for model_name, graph, unit, target, kind in bar:
-            bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
-            result = timer.measure(unit, target)
-            store.append(unit_record(unit, graph, model_name, kind, result))
-            measured += 1
-            failed += result["status"] != "ok"
+        with store.lock(timeout_s=lock_timeout_s, log=log):
+            done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
+            todo, seen, total_units, model_runs = [], set(), 0, []
+            for model, graph, by_kind in extracted:
+                for kind, units in by_kind.items():
+                    total_units += len(units)
+                    if end_to_end and ("model", model.name, kind) not in done:
+                        model_runs.append((model, graph, units, kinds[kind], kind))
+                    for unit in units:
+                        tag = ("unit", unit.key, kind)
+                        if tag in seen:
+                            continue
+                        seen.add(tag)
+                        if tag not in done:
+                            todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
+            log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
+                f"profiled, {len(todo)} to measure on {sorted(kinds)}"
+                + (f"; not on this machine: {skipped_targets}" if skipped_targets else ""))
+            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress)
+            for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
+                                                         disable=not progress):
+                _append(store, model_record(model, graph, units, targets, tname, kind))
+            if copies:
+                _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     finally:
         if own_timer:
             timer.close()
-    for model, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model", disable=not progress):
-        store.append(model_record(model, units, targets, tname, kind))
-    if copies:
-        _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed,
                 skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
+
+
+def _check_folder_is_this_machine(store: ProfileStore) -> None:
+    """Refuse to measure into the profile folder of other hardware (it would mix machines)."""
+    here = measured_by()["hardware_id"]
+    folder = store.metadata.get("hardware_id")
+    if folder is not None and folder != here:
+        raise ProfilingError(
+            f"{store.path} holds the profile of hardware {folder!r}, but this machine is {here!r}: measuring "
+            f"here would mix two machines in one profile. Profile into this machine's own folder "
+            f"(profiles/{here}, the default of `autoplace profile`; or pass another --dir)."
+        )
+
+
+def _append(store: ProfileStore, record: dict) -> dict:
+    """Stamp a record with what measured it (this process: hardware, running TVM, date) and append it."""
+    stamp = measured_by()
+    record = {**record, "hardware_id": stamp["hardware_id"], "tvm_version": stamp["tvm_version"]}
+    record.setdefault("measured_at", stamp["measured_at"])
+    try:
+        return store.append(record)
+    except OSError as err:
+        raise ProfilingError(
+            f"cannot write to the profile {store.path}: {err}. Records written before this one are kept; "
+            "fix the cause (e.g. free disk space) and run again: the job resumes where it stopped."
+        ) from err
+
+
+def probe_module():
+    """A trivial kernel (``x + x`` on 16 floats) every working target measures: the harness check."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def _probe(timer: KernelTimer, target, kind: str) -> None:
+    """Measure the probe kernel with the job's timer; a failure is the harness's or the options', not data."""
+    unit = extract_units(probe_module(), target)[0]
+    result = timer.measure(unit, target)
+    if result.get("status") not in SUCCESS:
+        raise ProfilingError(
+            f"the profiler cannot measure even a trivial kernel (x + x on 16 floats) on {kind} with "
+            f"{timer.options()}: {result.get('status')}: {result.get('error', '')}. That is a problem of the "
+            "options or the set-up, not of any kernel, so nothing was measured or recorded; check the "
+            "options (defaults: repeat=7, min_repeat_ms=20, timeout_s=300) and that TVM can build and run "
+            "for this target."
+        )
+
+
+def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool):
+    """Measure ``todo`` after the harness checks; failures on a target stay in memory until one kernel
+    there succeeds, and a target where every kernel fails raises instead of recording them."""
+    if not todo:
+        return 0, 0
+    timer.check_harness()  # the worker starts and answers, or ProfilingError
+    for kind in sorted({item[4] for item in todo}):
+        _probe(timer, targets[kinds[kind]].target, kind)
+    working = store.working_targets()
+    held: dict = {}
+    measured = failed = 0
+    bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
+    for model_name, graph, unit, target, kind in bar:
+        bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
+        result = timer.measure(unit, target)
+        record = unit_record(unit, graph, model_name, kind, result)
+        measured += 1
+        if result["status"] in SUCCESS:
+            working.add(kind)
+            for earlier in held.pop(kind, []):
+                _append(store, earlier)
+            _append(store, record)
+        else:
+            failed += 1
+            if kind in working:
+                _append(store, record)
+            else:
+                held.setdefault(kind, []).append(record)
+    for kind, records in held.items():
+        statuses = sorted({r["status"] for r in records})
+        first = records[0]
+        raise ProfilingError(
+            f"every one of the {len(records)} kernel(s) measured on {kind} failed ({', '.join(statuses)}; "
+            f"first: {first['func_name']}: {first.get('error', '')}) and no kernel has ever run there in "
+            f"{store.path}: that is a problem of the options ({timer.options()}) or the set-up, not data "
+            "about these kernels, so none of these failures was recorded. Fix the cause and run again."
+        )
+    return measured, failed
 
 
 def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -> None:
@@ -167,7 +291,8 @@ def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -
         label = target_label(targets[name])
         if ("launch", "vm_call", label) not in done:
             result = measure_launch_overhead(targets, name)
-            store.append(dict(kind="launch", key="vm_call", target=label, measured_at=_now(), status="ok", **result))
+            _append(store, dict(kind="launch", key="vm_call", target=label, measured_at=_now(), status="ok",
+                                **result))
     pairs = [(s, d) for s, d in itertools.permutations(runnable, 2)]
     for src, dst in pairs:
         label = f"{target_label(targets[src])}->{target_label(targets[dst])}"
@@ -177,9 +302,10 @@ def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -
         results = measure_copies(targets, src, dst, copy_sizes, progress=bar)
         bar.close()
         for res in results:
-            store.append(dict(kind="copy", key=str(res["nbytes"]), target=label, measured_at=_now(), status="ok", **res))
+            _append(store, dict(kind="copy", key=str(res["nbytes"]), target=label, measured_at=_now(),
+                                status="ok", **res))
         alpha, per_byte = fit_copy_cost([r["nbytes"] for r in results], [r["median_us"] for r in results])
-        store.append(dict(kind="copy_fit", key="fit", target=label, alpha_us=alpha, us_per_byte=per_byte,
-                          bandwidth_gb_s=(1e-3 / per_byte) if per_byte > 0 else None,
-                          measured_at=_now(), status="ok"))
+        _append(store, dict(kind="copy_fit", key="fit", target=label, alpha_us=alpha, us_per_byte=per_byte,
+                            bandwidth_gb_s=(1e-3 / per_byte) if per_byte > 0 else None,
+                            measured_at=_now(), status="ok"))
         log(f"copy {label}: alpha {alpha:.2f} us, {1e-3 / per_byte if per_byte else float('inf'):.2f} GB/s")

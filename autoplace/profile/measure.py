@@ -3,18 +3,57 @@
 Risky work (compiling and running a kernel) runs in a worker process with a time limit: a kernel
 that fails to compile, crashes the process or hangs becomes a record with ``status`` ``"error"``,
 ``"crashed"`` or ``"timeout"`` (the op is then unsupported on that target) and the job goes on.
+
+A failure of the harness itself is never a kernel's: every worker answers a handshake (it started and
+imported TVM) before it is given a kernel, and after a crash or a timeout a fresh worker must start
+again before the kernel is blamed. A worker that cannot start (typically a script calling
+``profile_models`` without an ``if __name__ == "__main__":`` guard: the ``spawn`` worker imports the
+script again) and options that cannot time anything raise :class:`~autoplace.errors.ProfilingError`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import multiprocessing
 import os
+import sys
 
 import numpy as np
 
+from ..errors import ProfilingError
+
 #: Default timing settings: each sample runs the kernel for at least ``min_repeat_ms``.
 DEFAULT_TIMING = dict(number=1, repeat=7, min_repeat_ms=20)
+#: Shortest per-kernel time limit accepted beyond the timing itself: compiling a kernel takes up to seconds.
+MIN_TIMEOUT_S = 1.0
+#: How long a new worker may take to start and import TVM before the harness is declared broken.
+STARTUP_TIMEOUT_S = 180.0
+
+MAIN_GUARD_HELP = (
+    "If you call autoplace.profile.profile_models (or KernelTimer) from a script, put those calls under "
+    "`if __name__ == \"__main__\":` - the worker process starts by importing your script again (Python's "
+    "'spawn' start method) and must not run the job itself - or run the `autoplace profile` command line "
+    "instead (e.g. `autoplace profile --zoo mlp`)."
+)
+
+
+def in_spawn_bootstrap() -> bool:
+    """True while this process is a spawned child still importing its parent's main script.
+
+    Code reached then (a script without a main guard) must not start a profiling job.
+    """
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def refuse_in_spawn_bootstrap(what: str = "profiling") -> None:
+    """Raise :class:`ProfilingError` if called while a spawned worker imports its parent's script."""
+    if in_spawn_bootstrap():
+        script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "of its parent"
+        raise ProfilingError(
+            f"{what} was started inside a worker process that is importing the main script {script}: the "
+            "script has no main guard. " + MAIN_GUARD_HELP
+        )
 
 
 def _device(kind: str, index: int = 0):
@@ -88,7 +127,8 @@ def _worker_measure(task: dict) -> dict:
         return dict(status="compiled")
     try:
         result = time_kernel(lib, task["kind"], task["arg_shapes"], task["arg_dtypes"], task["num_outputs"],
-                             number=task["number"], repeat=task["repeat"], min_repeat_ms=task["min_repeat_ms"])
+                             number=task["number"], repeat=task["repeat"],
+                             min_repeat_ms=task["min_repeat_ms"])
     except Exception as err:
         return dict(status="error", error=f"run: {str(err).strip().splitlines()[-1][:300]}")
     return dict(status="ok", **result)
@@ -96,6 +136,60 @@ def _worker_measure(task: dict) -> dict:
 
 def _worker_init():
     os.environ.setdefault("TVM_LOG_DEBUG", "0")
+
+
+def _worker_ready() -> dict:
+    """The handshake: the worker started, imported TVM and can answer."""
+    import tvm
+
+    return dict(pid=os.getpid(), tvm_version=tvm.__version__)
+
+
+def _main_script_hint() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    cli = path is not None and path.endswith(("autoplace/__main__.py", "autoplace"))
+    if path and getattr(main, "__spec__", None) is None and not cli:
+        return f" Most likely cause: the script {path} has no main guard. "
+    return " "
+
+
+def validate_timing(timeout_s, isolate: bool, timing: dict) -> dict:
+    """Check timing options up front; returns the full timing dict or raises :class:`ProfilingError`.
+
+    Options that cannot measure (``repeat=0``, a time limit shorter than the timing itself) would
+    otherwise turn every kernel into a failure record.
+    """
+    unknown = sorted(set(timing) - set(DEFAULT_TIMING))
+    if unknown:
+        raise ProfilingError(f"unknown timing option(s) {unknown}: KernelTimer takes "
+                             f"{sorted(DEFAULT_TIMING)} and timeout_s, isolate, compile_only")
+    timing = {**DEFAULT_TIMING, **timing}
+    for name, what, default, flag in (("repeat", "samples taken of each kernel", 7, "; --repeat 7"),
+                                      ("number", "runs averaged in each sample", 1, "")):
+        value = timing[name]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ProfilingError(
+                f"{name}={value!r} cannot measure anything: {name} is the number of {what} and must be an "
+                f"integer >= 1 (default {default}{flag})"
+            )
+    value = timing["min_repeat_ms"]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value) \
+            or value < 0:
+        raise ProfilingError(f"min_repeat_ms={value!r} must be a number of milliseconds >= 0 (default 20; "
+                             "e.g. --min-repeat-ms 20)")
+    timing["number"], timing["repeat"] = int(timing["number"]), int(timing["repeat"])
+    if isolate:
+        need = MIN_TIMEOUT_S + timing["repeat"] * timing["min_repeat_ms"] / 1000.0
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float, np.number)) \
+                or not math.isfinite(timeout_s) or timeout_s < need:
+            raise ProfilingError(
+                f"timeout_s={timeout_s!r} is too short to measure a kernel: it must cover compiling it "
+                f"plus repeat x min_repeat_ms = {timing['repeat']} x {timing['min_repeat_ms']} ms of timing, "
+                f"so at least {need:.3g} s; use a generous limit (default 300; e.g. --timeout 300): it only "
+                "stops kernels that hang"
+            )
+    return timing
 
 
 class KernelTimer:
@@ -110,20 +204,57 @@ class KernelTimer:
     compile_only : bool
         Only check that each kernel compiles for the target (status ``"compiled"`` or ``"error"``):
         for a target this machine cannot run, e.g. CUDA kernels built here for a GPU box.
+    **timing
+        ``number``, ``repeat`` (integers >= 1), ``min_repeat_ms`` (>= 0): see :data:`DEFAULT_TIMING`.
+
+    Raises
+    ------
+    ProfilingError
+        Options that cannot measure (``repeat=0``, a ``timeout_s`` shorter than the timing itself);
+        from :meth:`measure`, a worker process that cannot start.
     """
 
-    def __init__(self, *, timeout_s: float = 300.0, isolate: bool = True, compile_only: bool = False, **timing):
-        self.timeout_s = timeout_s
+    def __init__(self, *, timeout_s: float = 300.0, isolate: bool = True, compile_only: bool = False,
+                 **timing):
+        self.timing = validate_timing(timeout_s, isolate, timing)
+        self.timeout_s = float(timeout_s) if isolate else timeout_s
         self.isolate = isolate
         self.compile_only = compile_only
-        self.timing = {**DEFAULT_TIMING, **timing}
         self._pool = None
 
+    def options(self) -> str:
+        """The options, as a user would name them in a message."""
+        return (f"repeat={self.timing['repeat']}, number={self.timing['number']}, "
+                f"min_repeat_ms={self.timing['min_repeat_ms']}, timeout_s={self.timeout_s}")
+
     def _executor(self):
+        """The worker pool; a new worker must answer the handshake before it is given a kernel."""
         if self._pool is None:
+            refuse_in_spawn_bootstrap("a profiling worker")
             ctx = multiprocessing.get_context("spawn")
             self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init)
+            try:
+                self._pool.submit(_worker_ready).result(timeout=max(STARTUP_TIMEOUT_S, self.timeout_s))
+            except Exception as err:
+                self._kill()
+                if isinstance(err, cf.TimeoutError):
+                    cause = f"it did not answer within {max(STARTUP_TIMEOUT_S, self.timeout_s):.0f} s"
+                elif isinstance(err, cf.process.BrokenProcessPool):
+                    cause = "it died while starting (see its error above)"
+                else:
+                    cause = f"{type(err).__name__}: {str(err).strip()[:300]}"
+                raise ProfilingError(
+                    f"the profiling worker process could not start: {cause}. This is a failure of the "
+                    "profiling harness, not of any kernel: nothing was recorded for the kernel about to be "
+                    "measured."
+                    + _main_script_hint() + MAIN_GUARD_HELP
+                ) from err
         return self._pool
+
+    def check_harness(self) -> None:
+        """Start a worker (if ``isolate``) and check that it answers, else raise :class:`ProfilingError`."""
+        if self.isolate:
+            self._executor()
 
     def _kill(self):
         if self._pool is not None:
@@ -144,7 +275,8 @@ class KernelTimer:
         self.close()
 
     def measure(self, unit, target) -> dict:
-        """Measure one :class:`~autoplace.profile.units.Unit` on a ``tvm.target.Target``; returns a result dict."""
+        """Measure one :class:`~autoplace.profile.units.Unit` on a ``tvm.target.Target``; returns a result
+        dict."""
         import tvm
 
         task = dict(
@@ -165,10 +297,14 @@ class KernelTimer:
             return future.result(timeout=self.timeout_s)
         except cf.TimeoutError:
             self._kill()
-            return dict(status="timeout", error=f"no result within {self.timeout_s:.0f} s")
+            self._executor()  # the harness still works (else ProfilingError): the kernel is to blame
+            return dict(status="timeout", error=f"no result within {self.timeout_s:.0f} s",
+                        timeout_s=self.timeout_s)
         except cf.process.BrokenProcessPool:
             self._kill()
-            return dict(status="crashed", error="the worker process died (segfault or abort) running this kernel")
+            self._executor()  # a fresh worker starts (else ProfilingError): the kernel killed the last one
+            return dict(status="crashed",
+                        error="the worker process died (segfault or abort) running this kernel")
 
 
 def _target_json(target) -> str:

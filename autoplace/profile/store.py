@@ -1,25 +1,43 @@
 """Profile storage: ``profiles/<hardware id>/`` with ``metadata.json`` and append-only ``records.jsonl``.
 
-Every record is one JSON object on one line, carrying a CRC-32 of its own content (``"crc"``), the
-hardware id and the TVM version it was measured with. Appends are flushed and fsynced one line at a
-time, so a job killed at any moment leaves at most one torn last line: :meth:`ProfileStore.records`
-reports it (and any line whose CRC does not match) and skips it, and never merges it. Resuming a job
-means skipping the records whose ``(kind, key, target)`` is already there.
+Every record is one JSON object on one line, carrying a CRC-32 of its own content (``"crc"``) and
+what measured it: the hardware id, the TVM version and the date (``hardware_id``, ``tvm_version``,
+``measured_at``, from :func:`~autoplace.profile.hardware.measured_by` in the measuring process, never
+copied from the folder). Appends are flushed and fsynced one line at a time under a file lock, so a
+job killed at any moment leaves at most one torn last line: :meth:`ProfileStore.records` reports it
+(and any line whose CRC does not match) and skips it, and never merges it. Resuming a job means
+skipping the records whose ``(kind, key, target)`` is already there; :meth:`ProfileStore.lock`
+keeps two jobs on one folder from measuring the same kernels (and from disturbing each other's timings).
+
+Reading compares every record with the profile's hardware (``metadata.json``) and with the TVM
+running now: records of other hardware or another TVM version are reported by count and version
+(:class:`ForeignProfileWarning`) and left out unless asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 import warnings
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .hardware import hardware_metadata
+from ..errors import ProfilingError
+from .hardware import hardware_metadata, measured_by
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locking (one job per folder at a time)
+    fcntl = None
 
 RECORD_SCHEMA = 1
+#: Statuses of a kernel record that mean the target runs it (``"compiled"``: compile-only profiling).
+SUCCESS = ("ok", "compiled")
 
 
 class CorruptRecordWarning(UserWarning):
@@ -42,6 +60,9 @@ class LoadReport:
     records: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (line number, reason)
     foreign: int = 0
+    #: ``{(hardware_id, tvm_version): count}`` of the foreign records.
+    foreign_groups: Counter = field(default_factory=Counter)
+    total: int = 0  # good lines read (foreign ones included)
 
 
 class ProfileStore:
@@ -52,7 +73,10 @@ class ProfileStore:
     path : str
         ``profiles/<hardware id>`` (created on first write).
     metadata : dict, optional
-        Where the records are measured (see :func:`hardware_metadata`); default: this machine.
+        The machine the profile describes (see :func:`hardware_metadata`); default: the folder's
+        ``metadata.json``, else this machine. Given explicitly (records measured elsewhere and merged
+        here), it also stamps appended records that carry no ``hardware_id`` / ``tvm_version``;
+        otherwise they are stamped with :func:`measured_by` (this process).
     """
 
     RECORDS = "records.jsonl"
@@ -61,6 +85,7 @@ class ProfileStore:
     def __init__(self, path: str, metadata: dict | None = None):
         self.path = path
         self._metadata = metadata
+        self._explicit_metadata = metadata is not None
 
     # -- metadata ---------------------------------------------------------------------------------
     @property
@@ -91,21 +116,80 @@ class ProfileStore:
 
     # -- records ----------------------------------------------------------------------------------
     def append(self, record: dict) -> dict:
-        """Append one record (adds schema, hardware id, TVM version and CRC); returns what was written."""
+        """Append one record (adds schema, what measured it, and the CRC); returns what was written.
+
+        A record without ``hardware_id`` / ``tvm_version`` / ``measured_at`` gets them from
+        :func:`measured_by` (this process, now), or from the ``metadata`` the store was given.
+        """
         self._write_metadata()
         record = dict(record)
         record.setdefault("schema", RECORD_SCHEMA)
-        record.setdefault("hardware_id", self.metadata["hardware_id"])
-        record.setdefault("tvm_version", self.metadata["tvm_version"])
+        stamp = measured_by()
+        if self._explicit_metadata:
+            stamp.update({k: self.metadata[k] for k in ("hardware_id", "tvm_version") if k in self.metadata})
+        for name, value in stamp.items():
+            record.setdefault(name, value)
         record["crc"] = _crc(record)
         line = json.dumps(record, sort_keys=True, separators=(",", ":"))
         path = os.path.join(self.path, self.RECORDS)
-        self._repair_tail(path)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # whole lines only, whoever else appends
+            try:
+                self._repair_tail(path)
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
         return record
+
+    @contextlib.contextmanager
+    def lock(self, *, timeout_s: float | None = None, log=print, poll_s: float = 0.5):
+        """Hold the folder's job lock: one profiling job per folder at a time.
+
+        The lock is an ``flock`` on the folder itself (no lock file is left behind; the kernel releases
+        it when the holder ends or is killed). A second job waits here (saying so once) until the first
+        ends, then reads the store again and measures only what is still missing. Raises
+        :class:`~autoplace.errors.ProfilingError` after ``timeout_s`` seconds of waiting. A folder this
+        call created is removed again if the job fails before writing anything to it.
+        """
+        created = not os.path.isdir(self.path)
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if fcntl is not None:
+                self._acquire(fd, timeout_s, log, poll_s)
+            try:
+                yield self
+            except BaseException:
+                if created and not os.listdir(self.path):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(self.path)  # leave no trace of a job that failed before measuring
+                raise
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _acquire(self, fd: int, timeout_s, log, poll_s) -> None:
+        started = time.monotonic()
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise ProfilingError(
+                    f"{self.path} is locked by another profiling job for more than {timeout_s:.0f} s; "
+                    "wait for it to finish (or stop it), then run again"
+                )
+            if not told:
+                log(f"waiting for another profiling job on {self.path} to finish "
+                    "(then measuring what it left)")
+                told = True
+            time.sleep(poll_s)
 
     @staticmethod
     def _repair_tail(path: str) -> None:
@@ -120,13 +204,26 @@ class ProfileStore:
             if f.read(1) != b"\n":
                 f.write(b"\n")
 
+    def expected(self) -> tuple[str, str]:
+        """``(hardware_id, tvm_version)`` a record must carry to be this profile's: the folder's hardware
+        (its ``metadata.json``, else this machine) and the TVM version running now."""
+        import tvm
+
+        return self.metadata["hardware_id"], tvm.__version__
+
     def load(self, *, allow_foreign: bool = False) -> LoadReport:
-        """Read every record, skipping torn/altered lines and (unless allowed) foreign ones."""
+        """Read every record, skipping torn/altered lines and (unless allowed) foreign ones.
+
+        A record is foreign when its ``hardware_id`` is not the profile's or its ``tvm_version`` is not
+        the TVM running now (see :meth:`expected`); a record without them (older files) takes the
+        folder's ``metadata.json`` values.
+        """
         report = LoadReport()
         path = os.path.join(self.path, self.RECORDS)
         if not os.path.exists(path):
             return report
         meta = self.metadata
+        hardware_id, tvm_version = self.expected()
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 text = line.strip()
@@ -140,25 +237,32 @@ class ProfileStore:
                 if not isinstance(record, dict) or record.get("crc") != _crc(record):
                     report.skipped.append((number, "checksum mismatch"))
                     continue
-                foreign = (record.get("hardware_id") != meta["hardware_id"]
-                           or record.get("tvm_version") != meta["tvm_version"])
-                if foreign:
+                report.total += 1
+                by = (str(record.get("hardware_id", meta.get("hardware_id"))),
+                      str(record.get("tvm_version", meta.get("tvm_version"))))
+                if by != (hardware_id, tvm_version):
                     report.foreign += 1
+                    report.foreign_groups[by] += 1
                     if not allow_foreign:
                         continue
                 report.records.append(record)
         if report.skipped:
             warnings.warn(
-                f"{path}: skipped {len(report.skipped)} corrupt line(s) {report.skipped[:5]}; they are kept in "
-                "the file and never merged. Re-run the profiling job to measure them again.",
+                f"{path}: skipped {len(report.skipped)} corrupt line(s) {report.skipped[:5]}; they are kept "
+                "in the file and never merged. Re-run the profiling job to measure them again.",
                 CorruptRecordWarning,
                 stacklevel=2,
             )
         if report.foreign:
+            groups = ", ".join(
+                f"{n} measured on {hw} with TVM {tv}" for (hw, tv), n in report.foreign_groups.most_common()
+            )
+            share = "all" if report.foreign == report.total else f"{report.foreign} of {report.total}"
             warnings.warn(
-                f"{path}: {report.foreign} record(s) were measured on other hardware or another TVM version "
-                f"than {meta['hardware_id']} / TVM {meta['tvm_version']}; "
-                + ("they are included as asked." if allow_foreign else "they are left out (allow_foreign=True to use them)."),
+                f"{path}: {share} record(s) were measured on other hardware or another TVM version than this "
+                f"profile's hardware {hardware_id} with the running TVM {tvm_version} ({groups}); "
+                + ("they are included as asked." if allow_foreign else
+                   "they are left out (allow_foreign=True to use them; profile again to replace them)."),
                 ForeignProfileWarning,
                 stacklevel=2,
             )
@@ -168,11 +272,40 @@ class ProfileStore:
         """All good records as a DataFrame (one row per record)."""
         return pd.DataFrame(self.load(allow_foreign=allow_foreign).records)
 
-    def done(self) -> set:
-        """``{(kind, key, target)}`` of every good record: what a resumed job can skip."""
+    def _quiet_records(self) -> list:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return {(r.get("kind"), r.get("key"), r.get("target")) for r in self.load().records}
+            return self.load().records
+
+    @staticmethod
+    def _working(records) -> set:
+        return {r.get("target") for r in records if r.get("kind") == "unit" and r.get("status") in SUCCESS}
+
+    def working_targets(self) -> set:
+        """Target kinds on which at least one kernel record of this profile succeeded."""
+        return self._working(self._quiet_records())
+
+    def done(self, *, retry_timeouts_below_s: float | None = None) -> set:
+        """``{(kind, key, target)}`` of every good record: what a resumed job can skip.
+
+        Failed kernels of a target kind on which no kernel ever succeeded are left out: such records
+        come from a harness or option problem (older versions kept them), so they are measured again.
+        With ``retry_timeouts_below_s``, so are kernels that timed out under a shorter time limit.
+        """
+        records = self._quiet_records()
+        working = self._working(records)
+        tags = set()
+        for r in records:
+            tag = (r.get("kind"), r.get("key"), r.get("target"))
+            if r.get("kind") == "unit" and r.get("status") not in SUCCESS:
+                if r.get("target") not in working:
+                    continue
+                limit = r.get("timeout_s")
+                if (r.get("status") == "timeout" and retry_timeouts_below_s is not None
+                        and (limit is None or float(limit) < retry_timeouts_below_s)):
+                    continue
+            tags.add(tag)
+        return tags
 
 
 def default_profile_dir(root: str = "profiles", metadata: dict | None = None) -> str:
