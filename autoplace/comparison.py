@@ -14,8 +14,12 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from .errors import AssignmentError, AutoplaceError
+from .frontend import load_model
+from .graph import op_graph, resolve_assignment
 from .optimizer import OptimizeResult, optimize
 from .place import Placement
+from .targets import TargetSet
 
 
 def _unit_assignment(result: OptimizeResult, op_assignment: dict) -> dict:
@@ -52,10 +56,25 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     pandas.DataFrame
         One row per plan: ``predicted_us``, ``measured_median_us``, ``measured_min_us``,
         ``measured_max_us``, ``error`` (predicted/measured - 1), ``copies``, ``copy_MB``, ops per target.
+
+    Raises
+    ------
+    AutoplaceError
+        Before any plan is built: ``rounds``/``repeat`` below 1, a manual plan that is not a dict or
+        names a node or target the model does not have (:class:`AssignmentError`); and whatever
+        :func:`autoplace.optimize` raises.
     """
     from .solve import PlacementError, solve
 
-    result = result or optimize(mod, params, targets, **optimize_kwargs)
+    if result is None:
+        # Check every option before the first plan is built: a bad manual plan must not cost a solve.
+        load_kwargs = {k: optimize_kwargs.pop(k) for k in ("example_inputs", "shapes") if k in optimize_kwargs}
+        model = load_model(mod, params, **load_kwargs)
+        _check_options(model, op_graph(model), TargetSet(targets), manual, rounds, repeat)
+        result = optimize(model, None, targets, **optimize_kwargs)
+    else:
+        placed = result._placed()  # a result read from a file has no module to build: says so
+        _check_options(placed.model, placed.graph, result.targets, manual, rounds, repeat)
     model, graph, targets = result.placement.model, result.placement.graph, result.targets
     plans = {"autoplace": (result.predicted_us, result.placement, result.plan.status)}
     invoke_us = result.predicted_us - result.plan.objective_us  # the same for every plan
@@ -115,6 +134,27 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     table = pd.DataFrame(rows).set_index("plan")
     table.attrs["model"] = model.name
     return table
+
+
+def _check_options(model, graph, targets: TargetSet, manual, rounds, repeat) -> None:
+    """Refuse options that would fail only after every plan was built: timing counts, manual plans."""
+    for name, value in (("rounds", rounds), ("repeat", repeat)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise AutoplaceError(f"{name}={value!r}: compare times every plan {name} times, so it must be an "
+                                 f"integer >= 1 (default {5 if name == 'rounds' else 3})")
+    if manual is None:
+        return
+    if not isinstance(manual, Mapping):
+        raise AssignmentError(f"manual must be a dict {{label: assignment}} (e.g. {{'convs on cpu1': "
+                              f"{{'relax.nn.conv2d': 'cpu1'}}}}), got a {type(manual).__name__}")
+    for label, assignment in manual.items():
+        if not isinstance(assignment, Mapping):
+            raise AssignmentError(f"manual plan {label!r} must be a dict {{key: target}} (e.g. "
+                                  f"{{'relax.nn.conv2d': {list(targets)[-1]!r}}}), got {assignment!r}"[:400])
+        try:
+            resolve_assignment(graph, assignment, targets, default=targets.host.name)
+        except AssignmentError as err:
+            raise AssignmentError(f"manual plan {label!r}: {err}") from None
 
 
 def _uncapped(problem):

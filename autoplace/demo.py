@@ -3,6 +3,7 @@ run it, check its numbers, measure it side by side with the baselines and write 
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 
@@ -43,8 +44,16 @@ def demo_targets() -> tuple[dict, str, list | None]:
 
 def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> int:
     from . import zoo
+    from .cli import check_output_dir
+    from .errors import AutoplaceError
     from .show import plot_compare, table_text
 
+    # Options first: a bad one must not cost a minute of building and timing.
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
+        raise AutoplaceError(f"rounds={rounds!r}: the demo times every plan in that many rounds, so it must be an "
+                             "integer >= 1 (default 5; e.g. --rounds 5)")
+    zoo.check_spec(model)
+    check_output_dir(out_dir, "out_dir (--out)")
     started = time.perf_counter()
     targets, note, gpu_folders = demo_targets()
     print(f"targets: {note}")

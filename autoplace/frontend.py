@@ -109,7 +109,7 @@ def _to_numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def load_model(model, params=None, *, example_inputs=None, name: str | None = None) -> Model:
+def load_model(model, params=None, *, example_inputs=None, name: str | None = None, shapes=None) -> Model:
     """Import and normalise a model.
 
     Parameters
@@ -125,6 +125,13 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
     example_inputs : tuple of torch.Tensor, optional
         Needed for a ``torch.nn.Module``.
     name : str, optional
+    shapes : dict, optional
+        ``{symbolic dimension: size}`` for a model with symbolic dimensions (a ``torch.export`` program
+        exported with ``torch.export.Dim``, an ONNX model with named dims, a Relax module with ``T.int64``
+        variables), e.g. ``{"seq_len": 128}``; keys are the ``Dim`` names or the names the variables print
+        with. Bound with ``relax.transform.BindSymbolicVars`` (see :func:`autoplace.repairs.bind_shapes`).
+
+    Right after the import, the repairs of :mod:`autoplace.repairs` rewrite known frontend defects.
 
     Returns
     -------
@@ -133,15 +140,22 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
     Raises
     ------
     ModelError
-        If the module has no ``main``, shapes are dynamic, weights are missing, or an import fails.
+        If the module has no ``main``, shapes are dynamic and not bound by ``shapes``, weights are missing,
+        or an import fails.
     """
     if isinstance(model, Model):
         return model
+    from . import repairs
+
     if isinstance(model, (str, os.PathLike)):
-        return _load_path(str(model), params, name)
+        loaded = _load_path(str(model), params, name)
+        repaired, applied = repairs.apply(loaded.mod)
+        return normalize(repaired, loaded.params, name=loaded.name) if applied else loaded
+    dim_names = {}
     if _is_torch(model):
         mod, params = _from_torch(model, example_inputs)
         name = name or type(model).__name__
+        dim_names = repairs.torch_dim_names(model) if not isinstance(model, sys.modules["torch"].nn.Module) else {}
     elif type(model).__module__.startswith("onnx"):
         mod, params = _from_onnx(model)
         name = name or "onnx_model"
@@ -152,6 +166,9 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
             f"cannot read a model of type {type(model).__name__}: give a Relax IRModule, a torch.nn.Module "
             "(with example_inputs), a torch.export.ExportedProgram, an onnx.ModelProto or a path"
         )
+    mod, _ = repairs.apply(mod)
+    if "main" in [gv.name_hint for gv in mod.get_global_vars()]:
+        mod = repairs.bind_shapes(mod, shapes, dim_names)
     return normalize(mod, params, name=name or "model")
 
 
@@ -160,11 +177,40 @@ def _is_torch(model) -> bool:
     return torch is not None and isinstance(model, (torch.nn.Module, torch.export.ExportedProgram))
 
 
-def _load_path(path: str, params, name):
+#: File suffixes :func:`load_model` reads: ONNX, and Python/TVMScript files holding an ``IRModule``.
+MODEL_SUFFIXES = (".onnx", ".py", ".tvmscript")
+_WHAT_TO_GIVE = "give an .onnx file, or a .py/.tvmscript file that defines a TVMScript IRModule (@I.ir_module)"
+
+
+def check_model_path(path) -> str:
+    """Refuse a model path that cannot be a model file, without reading it; returns the path as a string.
+
+    Raises
+    ------
+    ModelError
+        A missing file, a folder, a suffix autoplace does not read (see :data:`MODEL_SUFFIXES`), an
+        empty or unreadable file.
+    """
+    path = os.fspath(path)
     if not os.path.exists(path):
-        raise ModelError(f"no such model file: {path}")
+        raise ModelError(f"no such model file: {path}; {_WHAT_TO_GIVE}")
+    if os.path.isdir(path):
+        raise ModelError(f"{path} is a folder, not a model file: {_WHAT_TO_GIVE}")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in MODEL_SUFFIXES:
+        raise ModelError(f"{path}: autoplace does not read {suffix or 'files without a suffix'} files as models; "
+                         f"{_WHAT_TO_GIVE}")
+    if not os.access(path, os.R_OK):
+        raise ModelError(f"{path}: no permission to read it")
+    if os.path.getsize(path) == 0:
+        raise ModelError(f"{path} is empty: {_WHAT_TO_GIVE}")
+    return path
+
+
+def _load_path(path: str, params, name):
+    check_model_path(path)
     base = os.path.splitext(os.path.basename(path))[0]
-    if path.endswith(".onnx"):
+    if path.lower().endswith(".onnx"):
         try:
             import onnx
         except ImportError:

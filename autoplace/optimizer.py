@@ -199,7 +199,7 @@ def load_costs(targets: TargetSet, profile_dir: str | None = None):
 
 def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, memory_bytes: Mapping | None = None,
              costs=None, profile_dir=None, method: str = "auto", time_limit_s: float = 10.0,
-             example_inputs=None) -> OptimizeResult:
+             example_inputs=None, shapes=None) -> OptimizeResult:
     """Place a model to minimise predicted end-to-end latency, copies included.
 
     Parameters
@@ -222,6 +222,11 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
         Solver method (``"auto"``: min-cut for 2 targets, ILP otherwise; or a baseline).
     time_limit_s : float
         Solver time limit.
+    example_inputs : tuple, optional
+        For a ``torch.nn.Module`` (see :func:`autoplace.load_model`).
+    shapes : dict, optional
+        ``{symbolic dimension: size}`` binding a model's symbolic dimensions, e.g. ``{"seq_len": 128}``
+        (see :func:`autoplace.load_model`).
 
     Returns
     -------
@@ -232,7 +237,7 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
 
     started = time.perf_counter()
     targets = TargetSet(targets)
-    model = load_model(mod, params, example_inputs=example_inputs)
+    model = load_model(mod, params, example_inputs=example_inputs, shapes=shapes)
     graph = op_graph(model)
     costs = costs if costs is not None else load_costs(targets, profile_dir)
     units = unit_graph(graph, units_by_kind(model, graph, targets), costs, targets)

@@ -78,7 +78,8 @@ class Placement:
             from .backend import Runner
 
             a = self.annotated
-            self._runner = Runner(self.build(), self.targets, a.params, a.param_targets, a.input_targets)
+            self._runner = Runner(self.build(), self.targets, a.params, a.param_targets, a.input_targets,
+                                  input_specs=self.model.input_specs())
         return self._runner
 
     def run(self, *inputs):
@@ -99,7 +100,7 @@ class Placement:
 
 
 def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets=None, *, fuse: bool = True,
-          example_inputs=None) -> Placement:
+          example_inputs=None, shapes=None) -> Placement:
     """Place a model by hand and emit it as annotated Relax.
 
     Parameters
@@ -116,6 +117,9 @@ def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets
     targets : dict
         ``{name: target}``, see :class:`autoplace.targets.TargetSet`. Default
         :data:`autoplace.targets.DEFAULT_TARGETS` (this machine's CPU).
+    shapes : dict, optional
+        ``{symbolic dimension: size}`` binding a model's symbolic dimensions, e.g. ``{"seq_len": 128}``
+        (see :func:`autoplace.load_model`).
 
     Returns
     -------
@@ -126,5 +130,5 @@ def place(mod, params=None, assignment: Mapping[str, str] | None = None, targets
     >>> p = place(mod, params, {"relax.nn.conv2d": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})  # doctest: +SKIP
     >>> p.run(x)  # doctest: +SKIP
     """
-    model = load_model(mod, params, example_inputs=example_inputs)
+    model = load_model(mod, params, example_inputs=example_inputs, shapes=shapes)
     return Placement.from_assignment(model, op_graph(model), assignment, TargetSet(targets), fuse=fuse)

@@ -160,6 +160,9 @@ class TargetSet(Mapping):
         except KeyError:
             raise TargetError(f"unknown target {name!r}; the targets are {list(self._targets)}") from None
 
+    def __contains__(self, name) -> bool:
+        return name in self._targets
+
     def __iter__(self):
         return iter(self._targets)
 

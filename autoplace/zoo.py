@@ -18,6 +18,7 @@ name                  what it is
 
 from __future__ import annotations
 
+from .errors import ModelError
 from .frontend import Model, load_model
 
 ZOO = ("mlp", "cnn", "bert", "seed003", "inception")
@@ -167,24 +168,75 @@ def seed003(size: str = "small") -> Model:
     return load_model(bb.get(), name="seed003")
 
 
+#: Sizes :func:`get` builds (``"bert_base"`` is a name of its own: BERT-base geometry).
+SIZES = ("small", "base")
+
+
+def _unknown(name: str) -> ModelError:
+    import difflib
+
+    choices = list(ZOO) + ["bert_base"]
+    close = difflib.get_close_matches(str(name), choices, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ModelError(f"no zoo model {name!r}{hint}; the zoo has {choices} (add -base for the base size)")
+
+
+def check_spec(spec: str) -> tuple[str, str]:
+    """``(name, size)`` of a zoo spec (``"cnn"``, ``"cnn-base"``, ``"bert_base"``) without building it.
+
+    Raises
+    ------
+    ModelError
+        On a name or size the zoo does not have (naming the closest one).
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelError(f"a zoo model is named by a string like 'cnn' or 'cnn-base', got {spec!r}")
+    from . import architectures
+
+    suite = architectures.split_spec(spec.strip())  # names of the architecture suite hold dashes
+    if suite is not None:
+        return suite
+    name, dash, size = spec.strip().partition("-")
+    if name == "bert_base":
+        if dash:
+            raise ModelError(f"zoo model {spec!r}: 'bert_base' has one size; write bert_base (or bert-base for the "
+                             "base-size BERT)")
+        return name, "small"
+    if name not in ZOO:
+        raise _unknown(name)
+    size = size or "small"
+    if size not in SIZES:
+        raise ModelError(f"zoo model {spec!r}: no size {size!r}; write {name} (small) or {name}-base")
+    return name, size
+
+
 def get(name: str, size: str = "small") -> Model:
-    """A zoo model by name (see the module docstring)."""
+    """A zoo model by name (see the module docstring).
+
+    Raises
+    ------
+    ModelError
+        On a name or size the zoo does not have.
+    """
+    from . import architectures
+
+    if name in architectures.ARCHITECTURES:  # the architecture suite: llama, gpt2, t5-encoder, ...
+        return architectures.get(name, size)
     makers = {"mlp": mlp, "cnn": cnn, "bert": bert, "seed003": seed003, "inception": inception}
     if name == "bert_base":
         return bert("bert_base")
     if name not in makers:
-        raise KeyError(f"no zoo model {name!r}; the zoo has {list(makers) + ['bert_base']}")
-    if size not in ("small", "base"):
-        raise KeyError(f"zoo size must be 'small' or 'base', not {size!r}")
+        raise _unknown(name)
+    if size not in SIZES:
+        raise ModelError(f"zoo size must be 'small' or 'base', not {size!r}")
     model = makers[name](size)
     model.name = name if size == "small" else f"{name}-base"
     return model
 
 
 def parse(spec: str) -> Model:
-    """``"cnn"``, ``"cnn-base"`` or ``"bert_base"`` -> the zoo model."""
-    name, _, size = spec.partition("-")
-    return get(name, size or "small")
+    """``"cnn"``, ``"cnn-base"`` or ``"bert_base"`` -> the zoo model (:func:`check_spec` says what is refused)."""
+    return get(*check_spec(spec))
 
 
 #: Sizes (K and N) of the regime grid: powers of two (which crowd few cache sets when they are strides) and

@@ -35,9 +35,43 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def train_main(argv=None) -> int:
-    """Entry point of ``autoplace train``; returns the exit status."""
+    """Entry point of ``autoplace train``; returns the exit status. Errors of input raise
+    :class:`~autoplace.errors.AutoplaceError`; :func:`autoplace.cli.main` prints them as one line."""
     args = build_parser().parse_args(argv)
     return run(args)
+
+
+def _check_options(profile: str, out: str | None, target_kinds, *, explicit: bool) -> None:
+    """Refuse an unknown target kind, a profile folder that holds no profile, or a model path that
+    cannot be written, before reading any record."""
+    import os
+
+    from ..errors import AutoplaceError
+    from ..targets import SUPPORTED_KINDS
+
+    for kind in target_kinds or []:
+        if kind not in SUPPORTED_KINDS:
+            raise AutoplaceError(f"--target {kind!r} is not a target kind: records are per kind, one of "
+                                 f"{list(SUPPORTED_KINDS)} (e.g. --target llvm)")
+
+    how = "--profile" if explicit else "this machine's default profile folder"
+    if not os.path.exists(profile):
+        raise AutoplaceError(f"no profile at {profile} ({how}): run `autoplace profile --zoo mlp cnn` first, or "
+                             "pass --profile profiles/<hardware id> (a folder with records.jsonl)")
+    if not os.path.isdir(profile):
+        raise AutoplaceError(f"{how} {profile} is a file, not a profile folder: pass the folder that holds "
+                             "records.jsonl and metadata.json (e.g. --profile profiles/amd-epyc-2c)")
+    if not os.path.exists(os.path.join(profile, "records.jsonl")):
+        raise AutoplaceError(f"{profile} ({how}) holds no records.jsonl, so it is not a profile: run "
+                             f"`autoplace profile --dir {profile} --zoo mlp cnn` first, or pass another --profile")
+    if out is not None:
+        if os.path.isdir(out):
+            raise AutoplaceError(f"--out {out} is a folder: give a file name for the model, e.g. {out}/cost_model.json")
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise AutoplaceError(f"--out {out}: the folder {parent} does not exist; create it or give another path")
+        if not os.access(parent, os.W_OK):
+            raise AutoplaceError(f"--out {out}: no permission to write in {parent}")
 
 
 def run(args) -> int:
@@ -49,6 +83,7 @@ def run(args) -> int:
     from .train import train
 
     profile = args.profile or default_profile_dir()
+    _check_options(profile, args.out, args.target, explicit=bool(args.profile))
     model = train(
         profile,
         args.out,
@@ -81,4 +116,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(train_main())
+    from ..cli import main
+
+    sys.exit(main(["train", *sys.argv[1:]]))  # errors of input as one line, as `autoplace train`

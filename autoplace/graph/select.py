@@ -49,10 +49,22 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
     Raises
     ------
     AssignmentError
-        A key that names no node (and is no Relax op name), or a value that names no target.
+        An assignment that is not a dict, a key that names no node (and is no Relax op name) or names a
+        weight (weights go where the ops that read them run), or a value that names no target.
     """
     target_names = list(target_names)
+    if assignment is not None and not isinstance(assignment, Mapping):
+        raise AssignmentError(
+            f"an assignment is a dict {{key: target}} (e.g. {{'relax.nn.conv2d': 'gpu'}}) with targets from "
+            f"{target_names}, got a {type(assignment).__name__}: {assignment!r}"[:400]
+        )
     assignment = dict(assignment or {})
+    for key in assignment:
+        if not isinstance(key, str):
+            raise AssignmentError(
+                f"assignment key {key!r} is a {type(key).__name__}: keys are node names (e.g. 'lv3'), op names "
+                "(e.g. 'relax.nn.conv2d') or instances (e.g. 'relax.nn.conv2d#0'), as strings"
+            )
     result = {n: default for n, d in graph.nodes(data=True) if d.get("kind") in ("op", "input", "output")}
 
     def rank(key):
@@ -75,6 +87,12 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
                 f"assignment key {key!r} names no node of the model: use a node name as it prints in TVMScript "
                 f"(e.g. {graph.graph.get('order', ['lv'])[:3]}), an op name (one of {ops[:8]}...) or an "
                 f"instance like 'relax.nn.conv2d#0'"
+            )
+        if key in graph and graph.nodes[key].get("kind") == "weight":
+            users = sorted(n for n in graph.successors(key) if graph.nodes[n].get("kind") == "op")
+            raise AssignmentError(
+                f"assignment key {key!r} names a weight, which is not placed by itself: a weight lives on every "
+                f"device that runs an op reading it; place those ops instead (here {users[:4]})"
             )
         for node in nodes:
             if graph.nodes[node].get("kind") == "weight":

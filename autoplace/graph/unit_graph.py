@@ -69,12 +69,11 @@ class UnitGraph:
         InfeasiblePlacementError
             If two ops of one kernel are pinned to different targets.
         """
+        # Every key and target checked as place() checks them (unknown node, weight, target: clear errors).
+        resolve_assignment(op_graph, pins, targets, targets.host.name)
         out = {}
         for key, target in (pins or {}).items():
-            nodes = select_nodes(op_graph, key)
-            if not nodes:
-                resolve_assignment(op_graph, {key: target}, targets, targets.host.name)  # raises the clear error
-            for n in nodes:
+            for n in select_nodes(op_graph, key):
                 unit = self.owner.get(n, n)
                 if unit in out and out[unit] != target:
                     raise InfeasiblePlacementError(

@@ -330,7 +330,12 @@ class PlacementProblem:
         for t, cap in (memory_bytes or {}).items():
             d = target_number(t, "memory_bytes")
             if cap is not None:
-                caps[d] = float(cap)
+                try:
+                    caps[d] = float(cap)
+                except (TypeError, ValueError):
+                    raise PlacementError(f"memory_bytes[{t!r}] = {cap!r} is not a number of bytes (e.g. 8e9)") from None
+                if not caps[d] >= 0:
+                    raise PlacementError(f"memory_bytes[{t!r}] = {cap!r}: a memory cap is a number of bytes >= 0")
 
         return cls(
             nodes, targets, latency, pinned, weight, output, resident,
