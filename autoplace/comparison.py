@@ -50,6 +50,9 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         Timing: ``rounds`` interleaved rounds of ``repeat`` samples per plan.
     check : bool
         Check that every plan computes the same outputs as the first (rtol 1e-4).
+    **optimize_kwargs
+        Passed to :func:`autoplace.optimize` (``pins``, ``memory_bytes``, ``measure="auto"|"never"|"always"``
+        ...) when ``result`` is not given.
 
     Returns
     -------

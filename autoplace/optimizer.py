@@ -80,7 +80,8 @@ class OptimizeResult:
         return self._placed().run(*inputs)
 
     def summary(self):
-        """Per target: kernels, ops, predicted compute time and memory; plus copies (a DataFrame)."""
+        """Per target: kernels (how many priced by measurement, how many predicted by the cost model),
+        ops, predicted compute time and memory; plus copies (a DataFrame)."""
         import pandas as pd
 
         rows = []
@@ -88,10 +89,13 @@ class OptimizeResult:
         for t in self.targets:
             info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
             units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
-            rows.append(dict(target=t, kernels=len(units), ops=sum(len(self.view.members[u]) for u in units),
+            sources = [self.view.graph.nodes[u].get("cost_source", {}).get(t, "") for u in units]
+            rows.append(dict(target=t, kernels=len(units), measured=sum(src == "measured" for src in sources),
+                             predicted=sum(src.startswith("predicted") for src in sources),
+                             ops=sum(len(self.view.members[u]) for u in units),
                              compute_us=info["compute_us"], memory_MB=info["memory_bytes"] / 1e6))
         copies = self.plan.copies
-        rows.append(dict(target="copies", kernels=len(copies), ops=None,
+        rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
                          compute_us=sum(c.latency_us for c in copies),
                          memory_MB=sum(c.nbytes for c in copies) / 1e6))
         return pd.DataFrame(rows).set_index("target")
@@ -199,7 +203,7 @@ def load_costs(targets: TargetSet, profile_dir: str | None = None):
 
 def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, memory_bytes: Mapping | None = None,
              costs=None, profile_dir=None, method: str = "auto", time_limit_s: float = 10.0,
-             example_inputs=None, shapes=None) -> OptimizeResult:
+             example_inputs=None, shapes=None, measure: str = "auto", progress: bool = True) -> OptimizeResult:
     """Place a model to minimise predicted end-to-end latency, copies included.
 
     Parameters
@@ -227,10 +231,26 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     shapes : dict, optional
         ``{symbolic dimension: size}`` binding a model's symbolic dimensions, e.g. ``{"seq_len": 128}``
         (see :func:`autoplace.load_model`).
+    measure : {"auto", "never", "always"}
+        ``"auto"`` (default): kernels of this model that the profiles lack are measured first on every
+        target whose device is on this machine (the profiler's harness, records and progress bar;
+        resumable), and kept in this machine's measurement folder
+        (:func:`autoplace.profile.measured_here_dir`), so the next call measures nothing; missing copy
+        costs between such targets are measured too. Targets absent here are priced by the cost model.
+        ``"never"``: profiles and cost model only. ``"always"``: measure every kernel of the model again.
+        Ignored when ``costs`` is given.
+    progress : bool
+        Show the progress bar of measurements.
 
     Returns
     -------
     OptimizeResult
+
+    Notes
+    -----
+    Measuring needs a worker process: in a script, call ``optimize`` under
+    ``if __name__ == "__main__":`` (a notebook needs nothing). Where workers cannot start, ``"auto"``
+    warns and prices the missing kernels with the cost model instead.
     """
     from .profile.units import units_by_kind
     from .solve import PlacementProblem, solve
@@ -239,8 +259,15 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     targets = TargetSet(targets)
     model = load_model(mod, params, example_inputs=example_inputs, shapes=shapes)
     graph = op_graph(model)
-    costs = costs if costs is not None else load_costs(targets, profile_dir)
-    units = unit_graph(graph, units_by_kind(model, graph, targets), costs, targets)
+    if measure not in MEASURE_MODES:
+        raise AutoplaceError(f"measure={measure!r}: choose one of {list(MEASURE_MODES)}")
+    kernels = units_by_kind(model, graph, targets)
+    if costs is None:
+        costs = load_costs(targets, profile_dir)
+        if measure != "never":
+            costs = measure_missing(model, graph, kernels, targets, costs, redo=measure == "always",
+                                    progress=progress)
+    units = unit_graph(graph, kernels, costs, targets)
     timings = {"costs_s": time.perf_counter() - started}
 
     problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
@@ -254,6 +281,64 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     timings["total_s"] = time.perf_counter() - started
     return OptimizeResult(placement, plan, problem, units, assignment, targets, predicted_us, model.name, costs,
                           timings)
+
+
+#: What ``optimize(measure=...)`` accepts.
+MEASURE_MODES = ("auto", "never", "always")
+
+
+def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, redo: bool = False,
+                    progress: bool = True):
+    """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
+    them with ``redo``) and the copy costs it lacks; return ``costs`` with the new records.
+
+    Measurements go to :func:`autoplace.profile.measured_here_dir`. If the harness cannot run here
+    (e.g. a script without a main guard), warn and return ``costs`` unchanged: the cost model prices
+    what is missing.
+    """
+    import warnings
+
+    import pandas as pd
+
+    from .cost_model import CostTable
+    from .errors import CopyCostError, ProfilingError
+    from .profile import ProfileStore, measured_here_dir
+    from .profile.job import measure_kernels
+
+    runnable = [t for t in targets if t not in targets.unavailable()]
+    here_kinds = {targets[t].kind for t in runnable}
+    missing = {}
+    for kind, units in kernels.items():
+        if kind not in here_kinds:
+            continue
+        # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
+        todo = [u for u in units if redo or ((u.key, kind) not in costs.measured_
+                                             and (u.key, kind) not in costs.unsupported_)]
+        if todo:
+            missing[kind] = todo
+    copies = False
+    for src in runnable:
+        for dst in runnable:
+            if src == dst:
+                continue
+            try:
+                costs.copy_cost(targets[src].label, targets[dst].label)
+            except CopyCostError:
+                copies = True
+    if not missing and not copies:
+        return costs
+    store = ProfileStore(measured_here_dir())
+    try:
+        measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
+                        progress=progress, log=lambda message: None)
+    except ProfilingError as err:
+        warnings.warn(f"measure='auto' could not measure here, so the cost model prices the kernels the "
+                      f"profiles lack: {err}", stacklevel=3)
+        return costs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = store.records(allow_foreign=True)
+    return CostTable(pd.concat([costs.records, new], ignore_index=True), model=costs.model)
 
 
 def invoke_us(costs, targets: TargetSet, placement: Placement) -> float:

@@ -1,10 +1,14 @@
 import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
+# What optimize(measure="auto") measures goes to a folder of this test session (subprocesses inherit it),
+# never into the user's cache or the committed profiles.
+os.environ["AUTOPLACE_CACHE"] = tempfile.mkdtemp(prefix="autoplace-measured-")
 # Test helpers shared with the benchmarks (``experiments/synthetic.py``) import as ``experiments.*``.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

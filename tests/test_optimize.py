@@ -155,3 +155,48 @@ def test_demo_plans_for_a_gpu_from_a_gpu_profile(tmp_path):
     assert "a GPU profile exists (fake-gpu-box)" in run.stdout
     assert "Planned for the profiled CPU+GPU machine (fake-gpu-box)" in run.stdout
     assert (tmp_path / "out" / "gpu_plan" / "seed003.placed.py").exists()
+
+
+def _never_profiled_model():
+    """A kernel no profile has: softplus-like exp/log chain on an odd shape."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((37, 53), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.log(relax.op.add(relax.op.exp(x), relax.const(1.0, "float32"))))
+            out = bb.emit_output(relax.op.sum(y, axis=[1]))
+        bb.emit_func_output(out)
+    return autoplace.load_model(bb.get(), name="never-profiled")
+
+
+def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
+    from autoplace.profile import measured_here_dir
+
+    records = os.path.join(measured_here_dir(), "records.jsonl")
+    model = _never_profiled_model()
+
+    never = autoplace.optimize(model, None, TWO, measure="never")
+    counts = never.summary()
+    assert counts.loc["cpu0", "predicted"] == counts.loc["cpu0", "kernels"] >= 1
+    assert counts.loc["cpu0", "measured"] == 0
+
+    before = _lines(records)
+    auto = autoplace.optimize(model, None, TWO)  # measure="auto" is the default
+    after = _lines(records)
+    assert after > before  # the missing kernels (and nothing already profiled) were measured here
+    summary = auto.summary()
+    assert summary.loc["cpu0", "measured"] == summary.loc["cpu0", "kernels"] >= 1
+    assert summary.loc["cpu0", "predicted"] == 0
+
+    again = autoplace.optimize(model, None, TWO)
+    assert _lines(records) == after  # cached: the second call measures nothing
+    assert again.summary().loc["cpu0", "measured"] == summary.loc["cpu0", "measured"]
+
+
+def _lines(path):
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)

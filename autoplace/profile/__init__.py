@@ -1,7 +1,7 @@
 """Profiling: measure what the build really runs (fused kernels per target, copies, VM call overhead)
 and keep it in ``profiles/<hardware id>/``."""
 
-from .discover import default_profiles_root, find_profiles
+from .discover import default_profiles_root, find_profiles, measured_here_dir
 from .hardware import hardware_metadata
 from .job import profile_models
 from .measure import KernelTimer
@@ -19,5 +19,6 @@ __all__ = [
     "extract_units",
     "find_profiles",
     "hardware_metadata",
+    "measured_here_dir",
     "profile_models",
 ]

@@ -21,6 +21,19 @@ def default_profiles_root() -> str:
     return bundled if os.path.isdir(bundled) else "profiles"
 
 
+def measured_here_dir() -> str:
+    """Where ``optimize(measure="auto")`` keeps what it measured on this machine:
+    ``$AUTOPLACE_CACHE/<hardware id>``, default ``~/.cache/autoplace/profiles/<hardware id>``.
+
+    A folder of its own, apart from the profiles a project ships (``profiles/``), so a user's
+    measurements never change committed files; :func:`find_profiles` reads it with this machine's
+    profile, and its records win over older ones of the same kernel.
+    """
+    root = os.environ.get("AUTOPLACE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autoplace",
+                                                             "profiles")
+    return os.path.join(root, hardware_metadata()["hardware_id"])
+
+
 def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None) -> list[str]:
     """Profile folders that together cover ``kinds`` (target kinds such as ``llvm``, ``cuda``).
 
@@ -38,7 +51,8 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
     list of str
         Preference: the given folder; else this machine's own folder if it covers every kind; else a
         single folder that covers every kind (a plan for that machine, with a warning); else one
-        folder per kind (this machine's where it has one).
+        folder per kind (this machine's where it has one). This machine's own measurements
+        (:func:`measured_here_dir`) count as part of its own folder and come last (newest wins).
 
     Raises
     ------
@@ -49,20 +63,14 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
         return [profile_dir]
     root = root or default_profiles_root()
     folders = sorted(os.path.join(root, d) for d in os.listdir(root)) if os.path.isdir(root) else []
-    covered = {}
-    for folder in folders:
-        if not os.path.isdir(folder):
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            df = ProfileStore(folder).records(allow_foreign=True)
-        # A kind counts as measured there only where some kernel was measured successfully.
-        ok = (df["kind"] == "unit") & (df["status"] == "ok") if len(df) and "status" in df else None
-        covered[folder] = set(df["target"][ok]) if ok is not None else set()
+    covered = {folder: _measured_kinds(folder) for folder in folders if os.path.isdir(folder)}
     kinds = set(kinds)
     own = os.path.join(root, hardware_metadata()["hardware_id"])
-    if kinds <= covered.get(own, set()):
-        return [own]
+    here = measured_here_dir()
+    extra = [here] if os.path.isdir(here) and os.path.abspath(here) != os.path.abspath(own) else []
+    mine = covered.get(own, set()) | (_measured_kinds(here) if extra else set())
+    if kinds <= mine:
+        return [f for f in [own] if f in covered] + extra
     for folder, have in covered.items():
         if kinds <= have:
             warnings.warn(f"planning with the profile measured on {os.path.basename(folder)} (this machine is "
@@ -70,6 +78,9 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
             return [folder]
     chosen = []
     for kind in sorted(kinds):
+        if kind in mine:
+            chosen.extend(f for f in [own] if f in covered)
+            continue
         options = [f for f, have in covered.items() if kind in have]
         if not options:
             raise CostError(
@@ -77,5 +88,15 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
                 f"--targets '{{\"x\": \"{kind}\"}}'` on a machine with that device, or pass costs=... "
                 "(a CostTable with a trained cost model)"
             )
-        chosen.append(own if own in options else options[0])
-    return sorted(set(chosen))
+        chosen.append(options[0])
+    return sorted(set(chosen)) + extra
+
+
+def _measured_kinds(folder: str) -> set:
+    """Target kinds a profile folder measured at least one kernel of successfully."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = ProfileStore(folder).records(allow_foreign=True)
+    if not len(df) or "status" not in df:
+        return set()
+    return set(df["target"][(df["kind"] == "unit") & (df["status"] == "ok")])

@@ -150,7 +150,6 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     kinds = {}
     for name in runnable:
         kinds.setdefault(targets[name].kind, name)  # one profile per target kind
-    redo = set(redo)
     started = time.perf_counter()
     extracted = []
     for item in models:
@@ -159,6 +158,62 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         graph = op_graph(model)
         extracted.append((model, graph, {kind: extract_units(model, targets[t].target, graph=graph)
                                          for kind, t in kinds.items()}))
+    summary = _profile_extracted(extracted, targets, kinds, runnable, store, copies=copies,
+                                 end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes, timer=timer,
+                                 progress=progress, log=log, lock_timeout_s=lock_timeout_s)
+    return dict(summary, skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
+
+
+def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, copies: bool = False,
+                    redo: Iterable[str] = (), timer: KernelTimer | None = None, progress: bool = True,
+                    log=print) -> dict:
+    """Measure the given kernels of one model (already extracted) on the targets this machine can run.
+
+    What :func:`autoplace.optimize` calls with ``measure="auto"`` for kernels its profiles lack: the
+    same harness, records, progress bar, job lock and resume as :func:`profile_models`, without
+    extracting the model again and without end-to-end timing.
+
+    Parameters
+    ----------
+    model, graph : the loaded model and its op graph
+    units_by_kind : dict
+        ``{target kind: [Unit]}`` to measure (kinds this machine cannot run are skipped).
+    targets : TargetSet
+    store : ProfileStore
+        This machine's folder.
+    copies : bool
+        Also measure copies between the runnable targets and their call overhead (missing ones only).
+    redo : iterable of str
+        Record kinds to measure again even if the store has them (``("unit",)``: ``measure="always"``).
+
+    Returns
+    -------
+    dict
+        ``measured``, ``failed``, ``units_unique``, ``seconds``.
+
+    Raises
+    ------
+    ProfilingError
+        As :func:`profile_models`.
+    """
+    refuse_in_spawn_bootstrap("autoplace.optimize(measure='auto')")
+    started = time.perf_counter()
+    targets = TargetSet(targets)
+    _check_folder_is_this_machine(store)
+    runnable = [name for name in targets if name not in targets.unavailable()]
+    kinds = {}
+    for name in runnable:
+        kinds.setdefault(targets[name].kind, name)
+    by_kind = {kind: units for kind, units in units_by_kind.items() if kind in kinds}
+    summary = _profile_extracted([(model, graph, by_kind)], targets, kinds, runnable, store, copies=copies,
+                                 end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
+                                 progress=progress, log=log, lock_timeout_s=None)
+    return dict(summary, seconds=time.perf_counter() - started)
+
+
+def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
+                       timer, progress, log, lock_timeout_s) -> dict:
+    """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
     timer = timer or KernelTimer()
     try:
@@ -177,9 +232,10 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
                         seen.add(tag)
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
+            skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
-                + (f"; not on this machine: {skipped_targets}" if skipped_targets else ""))
+                + (f"; not on this machine: {skipped}" if skipped else ""))
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
@@ -189,8 +245,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     finally:
         if own_timer:
             timer.close()
-    return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed,
-                skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
+    return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed)
 
 
 def _check_folder_is_this_machine(store: ProfileStore) -> None:
