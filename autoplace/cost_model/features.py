@@ -31,6 +31,18 @@ Feature groups
     strides crowd few sets: on CPU profiles they explain 10x swings of time per FLOP between kernels
     of the same op type (a 128x128 transpose costs 5x more per element than a 64x128 one).
 
+``op_*``, ``geo_*`` (and ``size_bytes_per_out``, ``size_work``)
+    what carries an op family's cost to shapes and kernels it was never measured at, with the same
+    meaning across op classes: transcendental evaluations per output element of the fused kernel
+    (:data:`TRANSCENDENTALS`: gelu 1, softplus 2, ...), fused transpositions, scans; the anchor's
+    window (conv ``kh*kw`` or ``k``, pool window, adaptive pools included), stride, spatial rank, groups
+    and channels per group (convolutions and group norms), elements reduced per output element
+    (matmul ``K``, conv ``Cin/groups * window``, pool window, reduced length, norm/softmax row),
+    input elements per output element, rows gathered and the contiguous run each copies; bytes
+    moved per output element and the work term (:func:`work`). These were added after feature
+    version 1 without changing any earlier feature: a model saved with the earlier list still
+    predicts (it reads only the features it was trained on).
+
 Notes
 -----
 Sizes enter as log2 (and the target is log latency), so features and errors are relative. Missing
@@ -83,6 +95,23 @@ for _cls, _names in {
 #: the work term of a model adds for them (:func:`work`), so an op class no training record had is not
 #: priced like a copy. Rough instruction counts of exp/erf/tanh (and softmax's exp, max, sum, divide).
 EXTRA_WORK_PER_ELEMENT = {"transcendental": 20.0, "softmax": 12.0}
+
+#: Transcendental function evaluations (exp, log, erf, tanh, pow, sqrt, ...) per output element of an op,
+#: as TVM's legalization computes it: ``gelu`` is ``x * (0.5 + 0.5 * erf(x / sqrt 2))`` (1), ``gelu_tanh``
+#: calls ``pow(x, 3)`` and ``tanh`` (2), ``softplus`` ``log(1 + exp(x))`` (2), ``softmax`` one ``exp``.
+#: Norms take one ``rsqrt`` per row, not per element (0).
+TRANSCENDENTALS = {
+    **dict.fromkeys(
+        ("exp", "exp2", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt",
+         "rsqrt", "power", "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "elu", "selu",
+         "softmax", "log_softmax"),
+        1.0,
+    ),
+    "gelu_tanh": 2.0,
+    "softplus": 2.0,
+    "mish": 3.0,
+}
+_SCANS = {"cumsum", "cumprod"}
 
 #: Names TVM's legalization gives kernels (``fused_<name>N_llvm_...``) that differ from the Relax op.
 _ALIASES = {
@@ -438,6 +467,117 @@ def _geometry(record: Mapping, eb: int) -> tuple[dict, list]:
     return {}, []
 
 
+# -- features that carry an op's cost to new shapes ---------------------------------------------------
+#: Added after feature version 1 (at the end of :func:`feature_names`; no earlier feature changed).
+TRANSFER_FEATURES = (
+    "op_trans_per_elem",
+    "op_permutes",
+    "op_scan",
+    "geo_window",
+    "geo_stride",
+    "geo_ndim",
+    "geo_groups",
+    "geo_ch_per_group",
+    "geo_cout_per_group",
+    "geo_red_per_out",
+    "geo_in_per_out",
+    "geo_gather_rows",
+    "geo_gather_row_len",
+    "geo_pool_avg",
+    "size_bytes_per_out",
+    "size_work",
+)
+
+
+def transcendentals_per_element(ops) -> float:
+    """Transcendental evaluations per output element of a kernel fusing ``ops`` (:data:`TRANSCENDENTALS`)."""
+    return float(sum(TRANSCENDENTALS.get(short_name(op), 0.0) for op in ops))
+
+
+def _window_geometry(name: str, cls: str, attrs: Mapping, shapes: list, out_shape: list) -> dict:
+    """``geo_*`` of a convolution or pooling anchor: window, stride, rank, groups, reduced elements."""
+    data = shapes[0]
+    nd = max(1, len(data) - 2)
+    if cls == "conv":
+        layout = str(attrs.get("data_layout") or ("NCHW" if nd == 2 else "NCW" if nd == 1 else "NCDHW"))
+        klayout = str(attrs.get("kernel_layout") or ("OIHW" if nd == 2 else "OIW" if nd == 1 else "OIDHW"))
+        weight = shapes[1]
+        if len(layout) != len(data) or len(klayout) != len(weight):
+            return {}
+        c = data[layout.index("C")]
+        window = _prod([weight[i] for i, ch in enumerate(klayout) if ch not in "OI"])
+        groups = int(attrs.get("groups", 1) or 1)
+        cin_g = weight[klayout.index("I")]  # input channels each output reads (Cin / groups)
+        cout = weight[klayout.index("O")]
+        if name.endswith("transpose"):
+            cout, cin_g = cin_g * groups, c // max(1, groups)
+        return dict(geo_window=float(window), geo_stride=float(max(list(attrs.get("strides") or [1]))),
+                    geo_ndim=float(nd), geo_groups=_log2(groups), geo_ch_per_group=_log2(c // max(1, groups)),
+                    geo_cout_per_group=_log2(cout // max(1, groups)), geo_red_per_out=_log2(cin_g * window))
+    layout = str(attrs.get("layout") or "NCHW")
+    spatial = [i for i, ch in enumerate(layout) if ch not in "NC"] if len(layout) == len(data) else []
+    if "adaptive" in name:
+        # Adaptive pooling: each output averages a window of about in/out elements per spatial axis.
+        if not out_shape or len(out_shape) != len(data) or not spatial:
+            return {}
+        per_axis = [math.ceil(data[i] / max(1, out_shape[i])) for i in spatial]
+        window, stride = _prod(per_axis), max(data[i] // max(1, out_shape[i]) for i in spatial)
+    else:
+        size = list(attrs.get("pool_size") or [1])
+        window, stride = _prod(size), max(list(attrs.get("strides") or [1]))
+    return dict(geo_window=float(window), geo_stride=float(stride), geo_ndim=float(len(spatial) or nd),
+                geo_red_per_out=_log2(window), geo_pool_avg=float("avg" in name))
+
+
+def _transfer_features(record: Mapping, ops: list, out_shape: list, out_elems: int, moved: float) -> dict:
+    """The :data:`TRANSFER_FEATURES` of a record (NaN where they do not apply)."""
+    feats = dict(
+        op_trans_per_elem=transcendentals_per_element(ops),
+        op_permutes=float(sum(short_name(op) in ("permute_dims", "transpose") for op in ops)),
+        op_scan=float(any(short_name(op) in _SCANS for op in ops)),
+        size_bytes_per_out=_log2(moved / max(1, out_elems)),
+        size_work=_log2(work(record)),
+    )
+    op = str(_get(record, "anchor_op", ""))
+    name, cls = short_name(op), op_class(op)
+    attrs = _get(record, "anchor_attrs", {}) or {}
+    attrs = attrs if isinstance(attrs, Mapping) else {}
+    shapes = _shapes(_get(record, "anchor_input_shapes"))
+    if not shapes or not shapes[0]:
+        return feats
+    data = shapes[0]
+    try:
+        if out_elems:
+            feats["geo_in_per_out"] = math.log2(max(1, _prod(data)) / out_elems)
+        if cls == "matmul" and len(shapes) >= 2:
+            feats["geo_red_per_out"] = _log2(data[-1])
+        elif cls in ("conv", "pool") and (len(shapes) >= 2 or cls == "pool"):
+            feats.update(_window_geometry(name, cls, attrs, shapes, out_shape))
+        elif name in _SCANS:
+            feats["geo_red_per_out"] = _log2(1)  # one add per output along the scanned axis
+        elif cls == "reduce":
+            axes = _axes(attrs.get("axis", attrs.get("axes")), len(data))
+            feats["geo_red_per_out"] = _log2(_prod([data[a] for a in axes]) if axes else 1)
+        elif name == "group_norm":
+            groups = int(attrs.get("num_groups", 1) or 1)
+            c = data[int(attrs.get("channel_axis", 1)) % len(data)]
+            axes = _axes(attrs.get("axes"), len(data))
+            feats.update(geo_groups=_log2(groups), geo_ch_per_group=_log2(c // max(1, groups)),
+                         geo_red_per_out=_log2(c // max(1, groups) * _prod([data[a] for a in axes])))
+        elif cls in ("norm", "softmax"):
+            axes = _axes(attrs.get("axes", attrs.get("axis", -1)), len(data))
+            feats["geo_red_per_out"] = _log2(_prod([data[a] for a in axes]) if axes else 1)
+        elif cls == "gather" and len(shapes) >= 2:
+            axis = int(attrs.get("axis", 0) or 0) % len(data)
+            feats.update(geo_gather_rows=_log2(_prod(shapes[1])), geo_red_per_out=_log2(1),
+                         geo_gather_row_len=_log2(_prod(data[axis + 1 :])))
+        elif cls in ("elementwise", "transcendental", "layout", "cast", "create"):
+            feats["geo_red_per_out"] = _log2(1)
+    except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
+        pass
+    return feats
+
+
 # -- the feature dict ------------------------------------------------------------------------------
 def feature_names() -> list[str]:
     """Names of :func:`record_features`, in a fixed order (independent of any data)."""
@@ -473,6 +613,7 @@ def feature_names() -> list[str]:
         "mem_pages",
         "mem_level",
     ]
+    names += list(TRANSFER_FEATURES)
     return names
 
 
@@ -542,6 +683,7 @@ def record_features(record: Mapping) -> dict:
     geometry, stream = _geometry(record, eb)
     feats.update(geometry)
     feats.update(_stream_features(stream, eb))
+    feats.update(_transfer_features(record, ops, out0, out_elems, bytes_in + bytes_out))
     return feats
 
 
@@ -550,7 +692,9 @@ def work(record: Mapping) -> float:
     :data:`EXTRA_WORK_PER_ELEMENT` per output element for each transcendental or softmax op it fuses.
 
     The models predict time per unit of work on top of this term (see
-    :mod:`autoplace.cost_model.xgb_model`).
+    :mod:`autoplace.cost_model.xgb_model`). An adaptive pooling kernel counts at least one operation per
+    input element: the graph's FLOP estimate counts its outputs only (no ``pool_size`` attribute), which
+    priced a global average pool of a 96x91x91 map 300x too cheap.
     """
     flops = _get(record, "flops", math.nan)
     try:
@@ -558,6 +702,9 @@ def work(record: Mapping) -> float:
     except (TypeError, ValueError):
         flops = math.nan
     shapes = _shapes(_get(record, "arg_shapes"))
+    if "adaptive" in short_name(_get(record, "anchor_op", "")) and math.isfinite(flops):
+        anchor_in = _shapes(_get(record, "anchor_input_shapes"))
+        flops = max(flops, float(_prod(anchor_in[0])) if anchor_in else 0.0)
     if not math.isfinite(flops) or flops <= 0:
         try:
             flops = (float(_get(record, "bytes_in", 0)) + float(_get(record, "bytes_out", 0))) / 4.0

@@ -1,0 +1,519 @@
+"""Single-op models of the op families users' models contain: cost-model training data beyond the zoo.
+
+The zoo (five architectures) and the stride grid (:func:`autoplace.zoo.regime_grid`: matmul and conv2d)
+leave most of what the PyTorch and ONNX frontends emit unmeasured: transcendental activations, norms,
+data movement, convolutions with other kernels, strides and groups, pooling, attention's batched
+matmuls. :func:`op_family_models` builds one small Relax model per (family, size): the op alone, or
+with the epilogue it is usually fused with (bias + ReLU after a convolution, the scale after
+``Q @ K^T``), at 2-5 sizes per family drawn log-uniformly (stratified, seeded) from a few KB to a few
+MB of data, plus the shapes attention uses (``batch * heads``, ``seq``, ``head_dim``).
+
+Every model is named ``ops-<family>-<shape>`` (``ops-gelu-96x768``, ``ops-conv2d_k5s2dw-64x28x28-64``):
+the evaluation's :func:`autoplace.cost_model.evaluate.family` reads them all as family ``ops``.
+The list is the same on every machine for a given seed, so a new machine is profiled with::
+
+    autoplace profile --zoo ops --no-copies --no-end-to-end
+
+Sizes are capped so that even a naive (unscheduled) CPU kernel stays near or under 0.2 s:
+:data:`MAX_MACS` multiply-adds for convolutions and matmuls, :data:`MAX_ELEMS` elements elsewhere.
+
+Where the PyTorch frontend decomposes an op (``F.silu`` -> ``sigmoid * x``, ``F.softplus`` ->
+``log(1 + exp(x))``-style ops, ``nn.RMSNorm`` -> ``power``/``mean``/``rsqrt``) and the ONNX frontend or
+a Relax author emits the op itself (``relax.op.nn.silu``), the family alternates between both forms, so
+the cost model sees the kernels both produce.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from .frontend import Model, load_model
+
+#: ``{family: group}`` in build order. Every family has at least two models.
+FAMILIES = {
+    # elementwise, transcendental
+    "sigmoid": "elementwise",
+    "tanh": "elementwise",
+    "exp": "elementwise",
+    "erf": "elementwise",
+    "gelu": "elementwise",
+    "gelu_tanh": "elementwise",
+    "silu": "elementwise",
+    "softplus": "elementwise",
+    "add": "elementwise",
+    # reductions and norms
+    "mean": "reduction",
+    "sum": "reduction",
+    "max": "reduction",
+    "softmax": "reduction",
+    "layer_norm": "reduction",
+    "rms_norm": "reduction",
+    "group_norm": "reduction",
+    # data movement
+    "transpose": "movement",
+    "concat": "movement",
+    "split": "movement",
+    "strided_slice": "movement",
+    "take": "movement",
+    "embedding": "movement",
+    "cumsum": "movement",
+    "where": "movement",
+    # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
+    **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
+    "conv1d": "conv",
+    # pooling
+    "max_pool2d": "pool",
+    "avg_pool2d": "pool",
+    "adaptive_avg_pool2d": "pool",
+    # batched matmul as attention runs it
+    "attn_qk": "matmul",
+    "attn_av": "matmul",
+}
+
+#: Largest multiply-add count of a convolution or matmul model (a naive CPU kernel runs 1-8 ns each).
+MAX_MACS = 2.0e7
+#: Largest output (or input) element count of the other models (float32: 4 MB).
+MAX_ELEMS = 1 << 20
+
+#: Row lengths (hidden sizes, vocabularies, images) the models draw from: powers of two and 3 * 2^k.
+_WIDTHS = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 3072)
+_CHANNELS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
+_NAME = re.compile(r"^ops-(?P<family>[a-z0-9_]+)-")
+
+
+def family_of(name: str) -> str | None:
+    """The family of an ``ops-<family>-<shape>`` model name (``None`` for other names)."""
+    match = _NAME.match(str(name))
+    return match.group("family") if match else None
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+def _spread(rng, lo: float, hi: float, n: int) -> list[float]:
+    """``n`` values log-uniform in [lo, hi], one in each of ``n`` equal log-strata (ascending)."""
+    a, b = math.log(lo), math.log(hi)
+    return [math.exp(a + (i + rng.uniform()) / n * (b - a)) for i in range(n)]
+
+
+def _rows_cols(rng, elems: float, widths=_WIDTHS) -> tuple[int, int]:
+    cols = int(rng.choice([w for w in widths if w <= max(widths[0], elems / 2)]))
+    return max(1, round(elems / cols)), cols
+
+
+def _const(rng, shape, dtype="float32"):
+    from tvm import relax
+
+    return relax.const(rng.standard_normal(shape).astype(dtype) * 0.1, dtype)
+
+
+def _dims(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def _model(name: str, inputs, body) -> Model:
+    """A Relax model ``main(*inputs)`` whose dataflow block ``body(bb, *vars)`` fills; returns its output."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType(tuple(int(d) for d in s), dt)) for n, s, dt in inputs]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, *params))
+        bb.emit_func_output(out)
+    return load_model(bb.get(), name=name)
+
+
+def _f32(*shapes) -> list:
+    return [(f"x{i}", s, "float32") for i, s in enumerate(shapes)]
+
+
+# -- elementwise ---------------------------------------------------------------------------------------
+def _elementwise(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    op = relax.op
+    forms = {
+        "sigmoid": [op.sigmoid],
+        "tanh": [op.tanh],
+        "exp": [op.exp],
+        "erf": [op.erf],
+        "gelu": [op.nn.gelu],
+        "gelu_tanh": [op.nn.gelu_tanh],
+        # the op itself (ONNX, Relax), and the form torch.export decomposes it into
+        "silu": [op.nn.silu, lambda x: op.multiply(x, op.sigmoid(x))],
+        "softplus": [op.nn.softplus, lambda x: op.log(op.add(op.exp(x), relax.const(1.0, "float32")))],
+    }[family]
+    models = []
+    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMS, n)):
+        shape = _rows_cols(rng, elems)
+        form = forms[i % len(forms)]
+        if i % 3 == 2:  # with the bias add of the layer before (FFN: linear + bias -> activation)
+            bias = _const(rng, shape[-1:])
+            models.append(_model(f"ops-{family}-{_dims(shape)}-bias", _f32(shape),
+                                 lambda bb, x, form=form, bias=bias: form(bb.emit(op.add(x, bias)))))
+        else:
+            models.append(_model(f"ops-{family}-{_dims(shape)}", _f32(shape),
+                                 lambda bb, x, form=form: form(x)))
+    return models
+
+
+def _add(rng, n: int) -> list[Model]:
+    from tvm import relax
+
+    models = []
+    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMS, n)):
+        shape = _rows_cols(rng, elems)
+        if i % 2:  # residual add of two activations
+            models.append(_model(f"ops-add-{_dims(shape)}-res", _f32(shape, shape),
+                                 lambda bb, x, y: relax.op.add(x, y)))
+        else:  # bias add (broadcast along rows)
+            bias = _const(rng, shape[-1:])
+            models.append(_model(f"ops-add-{_dims(shape)}", _f32(shape),
+                                 lambda bb, x, b=bias: relax.op.add(x, b)))
+    return models
+
+
+# -- reductions and norms ------------------------------------------------------------------------------
+def _reduce_shape(rng, elems: float, i: int) -> tuple[tuple, list[int], str]:
+    """Three patterns in turn: along the last axis, along the middle axis (stride = row), spatial (NCHW)."""
+    pattern = i % 3
+    if pattern == 0:
+        rows, cols = _rows_cols(rng, elems)
+        return (rows, cols), [1], "last"
+    if pattern == 1:
+        d = int(rng.choice((64, 128, 256, 768)))
+        s = max(2, round(elems / d / 4))
+        return (4, s, d), [1], "mid"
+    c = int(rng.choice(_CHANNELS))
+    hw = max(2, round(math.sqrt(elems / c)))
+    return (1, c, hw, hw), [2, 3], "hw"
+
+
+def _reduction(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    fn = {"mean": relax.op.mean, "sum": relax.op.sum, "max": relax.op.max}[family]
+    models = []
+    for i, elems in enumerate(_spread(rng, 4096, MAX_ELEMS, n)):
+        shape, axes, tag = _reduce_shape(rng, elems, i)
+        models.append(_model(f"ops-{family}-{_dims(shape)}-{tag}", _f32(shape),
+                             lambda bb, x, axes=axes: fn(x, axis=axes, keepdims=True)))
+    return models
+
+
+def _attention_shapes(rng, n: int, max_macs: float = MAX_MACS) -> list[tuple[int, int, int, int]]:
+    """``(batch, heads, seq, head_dim)`` spread over ``batch*heads*seq*seq*head_dim`` multiply-adds."""
+    shapes = []
+    for macs in _spread(rng, 3e5, max_macs, n):
+        d = int(rng.choice((32, 64, 64, 128)))
+        heads = int(rng.choice((2, 4, 8, 12)))
+        seq = max(8, int(math.sqrt(macs / heads / d)) // 8 * 8)
+        shapes.append((1, heads, seq, d))
+    return shapes
+
+
+def _softmax_body(bb, x):
+    from tvm import relax
+
+    return relax.op.nn.softmax(x, -1)
+
+
+def _softmax(rng, n: int) -> list[Model]:
+    models = []
+    n_attn = (n + 1) // 2
+    for i, (b, h, s, _) in enumerate(_attention_shapes(rng, n_attn)):
+        shape = (b, h, s, s) if i % 2 else (b * h, s, s)  # torch emits 4D scores, ONNX often 3D
+        models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
+    for elems in _spread(rng, 4096, MAX_ELEMS, n - n_attn):
+        shape = _rows_cols(rng, elems, _WIDTHS + (1000, 4096))  # classifier logits, vocabularies
+        models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
+    return models
+
+
+def _norm(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_spread(rng, 4096, MAX_ELEMS, n)):
+        if family == "group_norm":
+            c = int(rng.choice((32, 64, 128, 256)))
+            groups = int(rng.choice([g for g in (8, 16, 32) if c % g == 0]))
+            hw = max(2, round(math.sqrt(elems / c)))
+            shape = (1, c, hw, hw)
+            gamma, beta = _const(rng, (c,)), _const(rng, (c,))
+            models.append(_model(
+                f"ops-group_norm-{_dims(shape)}-g{groups}", _f32(shape),
+                lambda bb, x, g=gamma, b=beta, groups=groups: op.nn.group_norm(x, g, b, groups, 1, [2, 3])))
+            continue
+        rows, hidden = _rows_cols(rng, elems, (64, 128, 256, 384, 512, 768, 1024, 2048, 4096))
+        shape = (rows, hidden) if i % 2 == 0 else (1, rows, hidden)
+        gamma, beta = _const(rng, (hidden,)), _const(rng, (hidden,))
+        if family == "layer_norm":
+            body = lambda bb, x, g=gamma, b=beta: op.nn.layer_norm(x, g, b, [-1])
+        elif i % 2 == 0:
+            body = lambda bb, x, g=gamma: op.nn.rms_norm(x, g, [-1])
+        else:  # as torch.export decomposes nn.RMSNorm: x * rsqrt(mean(x^2) + eps) * weight
+            def body(bb, x, g=gamma):
+                two, eps = relax.const(2.0, "float32"), relax.const(1e-6, "float32")
+                ms = bb.emit(op.mean(op.power(x, two), axis=[-1], keepdims=True))
+                return op.multiply(op.multiply(x, op.rsqrt(op.add(ms, eps))), g)
+        tag = "" if family == "layer_norm" or i % 2 == 0 else "-decomposed"
+        models.append(_model(f"ops-{family}-{_dims(shape)}{tag}", _f32(shape), body))
+    return models
+
+
+# -- data movement -------------------------------------------------------------------------------------
+def _movement(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMS, n)):
+        if family == "transpose":
+            if i % 2:  # (B, S, H, D) -> (B, H, S, D): splitting heads
+                d = int(rng.choice((32, 64, 128)))
+                h = int(rng.choice((2, 4, 8, 12)))
+                shape, axes = (1, max(2, round(elems / h / d)), h, d), [0, 2, 1, 3]
+            else:
+                shape, axes = _rows_cols(rng, elems), [1, 0]
+            models.append(_model(f"ops-transpose-{_dims(shape)}", _f32(shape),
+                                 lambda bb, x, axes=axes: op.permute_dims(x, axes)))
+        elif family == "concat":
+            k = 2 + i % 3
+            if i % 2:  # channels of NCHW feature maps (inception, U-Net skips)
+                c = int(rng.choice(_CHANNELS))
+                hw = max(2, round(math.sqrt(elems / k / c)))
+                shapes, axis = [(1, c, hw, hw)] * k, 1
+            else:
+                rows, cols = _rows_cols(rng, elems / k)
+                shapes, axis = [(rows, cols)] * k, 1
+            models.append(_model(f"ops-concat-{k}x{_dims(shapes[0])}-a{axis}", _f32(*shapes),
+                                 lambda bb, *xs, axis=axis: op.concat(list(xs), axis=axis)))
+        elif family == "split":
+            if i % 2:  # chunk of NCHW channels
+                c = 2 * int(rng.choice(_CHANNELS))
+                hw = max(2, round(math.sqrt(elems / c)))
+                shape, parts, axis = (1, c, hw, hw), 2, 1
+            else:  # fused QKV projection -> q, k, v
+                rows, cols = _rows_cols(rng, elems / 3, (64, 128, 256, 512, 768, 1024))
+                shape, parts, axis = (rows, 3 * cols), 3, 1
+            models.append(_model(f"ops-split-{_dims(shape)}-{parts}", _f32(shape),
+                                 lambda bb, x, parts=parts, axis=axis: op.split(x, parts, axis)))
+        elif family == "strided_slice":
+            rows, cols = _rows_cols(rng, elems)
+            if i % 2:  # every other element of the rows (x[:, ::2])
+                shape, args = (rows, cols), ([1], [0], [cols], [2])
+                tag = "step2"
+            else:  # a contiguous block of columns (x[:, a:b])
+                shape, args = (rows, cols), ([1], [cols // 4], [cols // 4 + cols // 2], [1])
+                tag = "half"
+            models.append(_model(f"ops-strided_slice-{_dims(shape)}-{tag}", _f32(shape),
+                                 lambda bb, x, args=args: op.strided_slice(x, *args)))
+        elif family == "take":  # index_select along a row (axis 1) or of rows (axis 0)
+            rows, cols = _rows_cols(rng, elems)
+            axis = i % 2
+            size = (rows, cols)[axis]
+            idx = relax.const(rng.integers(0, size, size=max(1, size // 2)).astype("int64"), "int64")
+            models.append(_model(f"ops-take-{rows}x{cols}-a{axis}", _f32((rows, cols)),
+                                 lambda bb, x, idx=idx, axis=axis: op.take(x, idx, axis=axis)))
+        elif family == "embedding":  # ids (model input) look up rows of a table (weight)
+            d = int(rng.choice((64, 128, 256, 512, 768)))
+            tokens = max(1, round(elems / d))
+            vocab = int(min(rng.choice((1000, 8192, 30522)), (4 << 20) // d))
+            table = _const(rng, (vocab, d))
+            models.append(_model(f"ops-embedding-{vocab}x{d}-{tokens}", [("ids", (1, tokens), "int64")],
+                                 lambda bb, ids, t=table: op.take(t, ids, axis=0)))
+        elif family == "cumsum":
+            rows, cols = _rows_cols(rng, elems, (64, 128, 256, 512, 1024, 2048))
+            axis = 1 if i % 2 == 0 else 0
+            models.append(_model(f"ops-cumsum-{rows}x{cols}-a{axis}", _f32((rows, cols)),
+                                 lambda bb, x, axis=axis: op.cumsum(x, axis=axis)))
+        elif family == "where":
+            if i % 2:  # attention mask: scores where mask else -1e9 (mask broadcast over heads)
+                heads = int(rng.choice((2, 4, 8, 12)))
+                s = max(4, round(math.sqrt(elems / heads)))
+                shape = (1, heads, s, s)
+                inputs = [("x", shape, "float32"), ("mask", (1, 1, s, s), "bool")]
+                models.append(_model(
+                    f"ops-where-{_dims(shape)}-mask", inputs,
+                    lambda bb, x, m: op.where(m, x, relax.const(-1e9, "float32"))))
+            else:  # select between two tensors on a comparison (leaky / clamp patterns)
+                shape = _rows_cols(rng, elems)
+                models.append(_model(
+                    f"ops-where-{_dims(shape)}", _f32(shape, shape),
+                    lambda bb, x, y: op.where(op.greater(x, relax.const(0.0, "float32")), x, y)))
+    return models
+
+
+# -- convolutions and pooling --------------------------------------------------------------------------
+def _conv_geometry(rng, elems: float, k: int, s: int, grouping: str, max_macs: float = MAX_MACS):
+    """``(C, H, Cout, groups)`` of an NCHW convolution with about ``elems`` input elements."""
+    c = int(rng.choice(_CHANNELS))
+    if grouping == "dw":
+        groups, cout = c, c
+    elif grouping == "gr":
+        groups = int(rng.choice([g for g in (2, 4, 8, 32) if c % g == 0 and c // g >= 4] or [2]))
+        cout = c
+    else:
+        groups, cout = 1, int(rng.choice([x for x in _CHANNELS if c // 2 <= x <= 2 * c]))
+    h = max(k, round(math.sqrt(elems / c)))
+    while True:
+        oh = (h + 2 * (k // 2) - k) // s + 1
+        macs = cout * (c // groups) * k * k * oh * oh
+        if macs <= max_macs:
+            return c, h, cout, groups
+        if h > max(k, 4):
+            h = max(k, min(h - 1, int(h * math.sqrt(max_macs / macs))))
+        else:  # the image is already small: fewer channels (halving keeps the grouping)
+            c, cout, groups = c // 2, cout // 2, max(1, groups // 2) if grouping != "g1" else 1
+
+
+def _conv2d(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    op = relax.op
+    m = re.match(r"conv2d_k(\d)s(\d)(\w+)", family)
+    k, s, grouping = int(m.group(1)), int(m.group(2)), m.group(3)
+    models = []
+    for i, elems in enumerate(_spread(rng, 4096, 600_000, n)):
+        c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping)
+        weight = _const(rng, (cout, c // groups, k, k))
+        epilogue = i % 2 == 1
+        bias = _const(rng, (1, cout, 1, 1))
+
+        def body(bb, x, w=weight, b=bias, groups=groups, epilogue=epilogue):
+            y = op.nn.conv2d(x, w, strides=s, padding=k // 2, groups=groups)
+            if epilogue:  # conv + bias + ReLU: one fused kernel
+                y = op.nn.relu(op.add(bb.emit(y), b))
+            return y
+
+        name = f"ops-{family}-{c}x{h}x{h}-{cout}" + ("-relu" if epilogue else "")
+        models.append(_model(name, _f32((1, c, h, h)), body))
+    return models
+
+
+#: ``(kernel, stride, grouping)`` of the conv1d models (temporal convs, wav2vec, ConvNeXt-style depthwise).
+CONV1D = ((3, 1, "g1"), (1, 1, "g1"), (5, 2, "g1"), (7, 1, "dw"), (3, 2, "dw"), (3, 1, "gr"))
+
+
+def _conv1d(rng) -> list[Model]:
+    from tvm import relax
+
+    models = []
+    for (k, s, grouping), elems in zip(CONV1D, rng.permutation(_spread(rng, 4096, 600_000, len(CONV1D)))):
+        c = int(rng.choice(_CHANNELS))
+        groups = c if grouping == "dw" else (4 if grouping == "gr" and c % 4 == 0 else 1)
+        cout = c if groups > 1 else int(rng.choice([x for x in _CHANNELS if c // 2 <= x <= 2 * c]))
+        length = max(k, round(elems / c))
+        macs = cout * (c // groups) * k * length / s
+        length = max(k, int(length * min(1.0, MAX_MACS / macs)))
+        weight = _const(rng, (cout, c // groups, k))
+        models.append(_model(
+            f"ops-conv1d-k{k}s{s}{grouping}-{c}x{length}-{cout}", _f32((1, c, length)),
+            lambda bb, x, w=weight, s=s, k=k, g=groups: relax.op.nn.conv1d(x, w, s, k // 2, groups=g)))
+    return models
+
+
+def _pool(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    nn = relax.op.nn
+    configs = {
+        "max_pool2d": [(3, 2, 1), (2, 2, 0), (3, 1, 1)],  # ResNet stem, VGG, inception branch
+        "avg_pool2d": [(2, 2, 0), (3, 1, 1), (3, 2, 1)],
+        "adaptive_avg_pool2d": [1, 7, 1],
+    }[family]
+    models = []
+    for i, elems in enumerate(_spread(rng, 8192, MAX_ELEMS, n)):
+        c = int(rng.choice(_CHANNELS + (512,)))
+        h = max(8, round(math.sqrt(elems / c)))
+        cfg = configs[i % len(configs)]
+        if family == "adaptive_avg_pool2d":
+            h = max(cfg, h // cfg * cfg)
+            models.append(_model(f"ops-adaptive_avg_pool2d-{c}x{h}x{h}-o{cfg}", _f32((1, c, h, h)),
+                                 lambda bb, x, o=cfg: nn.adaptive_avg_pool2d(x, o)))
+            continue
+        size, stride, _ = cfg
+        fn = nn.max_pool2d if family == "max_pool2d" else nn.avg_pool2d
+        models.append(_model(f"ops-{family}-{c}x{h}x{h}-k{size}s{stride}", _f32((1, c, h, h)),
+                             lambda bb, x, fn=fn, cfg=cfg: fn(x, cfg[0], cfg[1], cfg[2])))
+    return models
+
+
+# -- attention's batched matmuls -------------------------------------------------------------------------
+def _attention(rng, family: str, n: int) -> list[Model]:
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, (b, h, s, d) in enumerate(_attention_shapes(rng, n)):
+        lead = (b, h) if i % 2 else (b * h,)  # torch emits 4D (B, H, S, D), ONNX exports often 3D
+        perm = list(range(len(lead))) + [len(lead) + 1, len(lead)]
+        if family == "attn_qk":  # scores = (Q @ K^T) * 1/sqrt(d): a transpose kernel, then matmul + scale
+            scale = relax.const(1.0 / math.sqrt(d), "float32")
+            models.append(_model(
+                f"ops-attn_qk-{_dims(lead)}x{s}x{d}", _f32(lead + (s, d), lead + (s, d)),
+                lambda bb, q, k, perm=perm, scale=scale: op.multiply(
+                    bb.emit(op.matmul(q, bb.emit(op.permute_dims(k, perm)))), scale)))
+        else:  # context = P @ V
+            models.append(_model(f"ops-attn_av-{_dims(lead)}x{s}x{d}", _f32(lead + (s, s), lead + (s, d)),
+                                 lambda bb, p, v: op.matmul(p, v)))
+    return models
+
+
+# -- the list --------------------------------------------------------------------------------------------
+#: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
+COUNTS = {"softmax": 5, "transpose": 5, "add": 3, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4}
+DEFAULT_COUNT = 4
+
+
+def op_family_models(seed: int = 0, families=None) -> list[Model]:
+    """Single-op models of every family in :data:`FAMILIES` (see the module notes).
+
+    Parameters
+    ----------
+    seed : int
+        Seeds the sizes and weights; the same seed gives the same models (names, shapes) everywhere.
+    families : iterable of str, optional
+        Only these families (default: all). Each family draws from its own seeded stream, so a
+        family's models do not depend on which others are built.
+
+    Returns
+    -------
+    list of autoplace.Model
+        Named ``ops-<family>-<shape>``.
+    """
+    chosen = list(FAMILIES) if families is None else list(families)
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown op families {unknown}; known: {list(FAMILIES)}")
+    models = []
+    for family in chosen:
+        # One stream per family: stable under adding or removing other families.
+        rng = np.random.default_rng([seed, sum(ord(ch) * 131**i for i, ch in enumerate(family)) % (1 << 32)])
+        group = FAMILIES[family]
+        count = COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
+        if family == "add":
+            models += _add(rng, count)
+        elif group == "elementwise":
+            models += _elementwise(rng, family, count)
+        elif family in ("mean", "sum", "max"):
+            models += _reduction(rng, family, count)
+        elif family == "softmax":
+            models += _softmax(rng, count)
+        elif group == "reduction":
+            models += _norm(rng, family, count)
+        elif group == "movement":
+            models += _movement(rng, family, count)
+        elif family == "conv1d":
+            models += _conv1d(rng)
+        elif group == "conv":
+            models += _conv2d(rng, family, count)
+        elif group == "pool":
+            models += _pool(rng, family, count)
+        else:
+            models += _attention(rng, family, count)
+    return models
