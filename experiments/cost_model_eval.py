@@ -17,6 +17,19 @@ metrics). Prints a per-model table and writes, under ``experiments/results/``:
 
 ``--remeasure`` also times each zoo model end to end on this machine now (the profiler's own
 ``model_record``) and reports the predictions' error against those fresh timings as well.
+
+Error bands, leaving one architecture out (``--bands-only`` runs just this part; the full run does it too):
+every model family the profile holds (zoo models, the architecture suite, anything profiled; the
+training-only sets ``grid-*``, ``ops-*`` and the sweep never held out) is held out in turn, the cost model is
+trained on the rest *and calibrated on the rest alone* (nested leave-one-family-out), and every held-out
+model is priced purely by prediction (no kernel of its family measured: ``measure="never"``). Written:
+
+``cost_model_bands.csv``         one row per held-out model: Spearman, end-to-end error, kernel band
+                                 coverage, end-to-end band under each combination rule
+``cost_model_bands_units.csv``   one row per held-out kernel: prediction, band, measured, inside or not
+``cost_model_bands.md``          the tables, the band variants and combination rules compared, acceptance
+
+    python experiments/cost_model_eval.py --bands-only [--profile DIR]
 """
 
 from __future__ import annotations
@@ -32,7 +45,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from autoplace.cost_model import XGBCostModel
+from autoplace.cost_model import XGBCostModel, features
+from autoplace.cost_model.cost_model import BAND_NOMINAL, NEVER_HELD_OUT
 from autoplace.cost_model.evaluate import (
     by_op_class,
     learning_curve,
@@ -40,6 +54,7 @@ from autoplace.cost_model.evaluate import (
     model_unit_keys,
     summarize,
 )
+from autoplace.cost_model.table import BAND_COMBINE, BAND_COMBINES, PREDICTED, plan_band
 from autoplace.profile import ProfileStore
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -268,6 +283,261 @@ def markdown(
     return "\n".join(lines)
 
 
+# -- error bands, leaving one architecture out ------------------------------------------------------------
+
+#: Band tables compared (keyword arguments of ``CostModel.calibrate``); the first is the default.
+BAND_VARIANTS = {
+    "size+class": {},
+    "class only": {"size_scale": False},
+    "size+class, plain quantiles": {"conformal": False},
+}
+#: Acceptance of the band evaluation (issue 11): pure prediction end to end within 15%, Spearman >= 0.95
+#: per held-out model (>= 3 distinct kernels), nominal 80% kernel band covering 70-90% of held-out kernels.
+BAND_E2E_MAX_ERR = 0.15
+BAND_SPEARMAN_MIN = 0.95
+BAND_COVERAGE_RANGE = (0.7, 0.9)
+
+
+def subplan_coverage(units: pd.DataFrame, draws: int = 200, seed: int = 0) -> pd.DataFrame:
+    """How often the measured kernel time of a random part of a held-out model falls inside the predicted
+    band of that part, per combination rule: what a placement does (each device runs a part of the model).
+
+    For each held-out model, ``draws`` times: every distinct kernel is in the part with probability 1/2
+    (with all its launches); the part's band is :func:`plan_band` of its kernels' pure predictions and bands
+    (kernel time only, no overheads: this checks the combination rule, not the VM's costs).
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (target, model), g in units.groupby(["target", "model"]):
+        g = g[np.isfinite(g["pure_lo_us"])]
+        if g.empty:
+            continue
+        counts = g["count"].to_numpy(int)
+        for draw in range(draws):
+            take = rng.random(len(g)) < 0.5
+            if not take.any():
+                continue
+            part = g[take]
+            n = counts[take]
+            launches = pd.DataFrame(dict(
+                key=np.repeat(part["key"].to_numpy(), n),
+                op_class=np.repeat(part["band_class"].to_numpy(), n),
+                latency_us=np.repeat(part["pure_us"].to_numpy(float), n),
+                band_lo_us=np.repeat(part["pure_lo_us"].to_numpy(float), n),
+                band_hi_us=np.repeat(part["pure_hi_us"].to_numpy(float), n),
+                source=PREDICTED,
+            ))
+            measured = float((part["measured_us"].to_numpy(float) * n).sum())
+            for how in BAND_COMBINES:
+                band = plan_band(launches, how=how)
+                rows.append(dict(target=target, model=model, draw=draw, how=how, measured_us=measured,
+                                 predicted_us=band["latency_us"], rel_lo=band["rel_lo"], rel_hi=band["rel_hi"],
+                                 inside=bool(band["band_lo_us"] <= measured <= band["band_hi_us"])))
+    return pd.DataFrame(rows)
+
+
+def band_eval(records: pd.DataFrame, *, target=None, random_state: int = 0, never_held_out=NEVER_HELD_OUT,
+              draws: int = 200) -> dict:
+    """Leave one architecture (model family) out with nested band calibration, for every band variant.
+
+    Returns
+    -------
+    dict
+        ``"models"``, ``"units"`` (default variant, see :func:`leave_one_family_out` with ``bands=True``),
+        ``"variants"`` (pooled kernel coverage and end-to-end coverage per variant and rule), ``"classes"``
+        (kernel coverage per op class), ``"rules"`` (end-to-end and sub-plan coverage and width per rule),
+        ``"subplans"`` (every random part).
+    """
+    results = {}
+    for name, options in BAND_VARIANTS.items():
+        results[name] = leave_one_family_out(
+            records, "xgb", target=target, bands=True, band_options=options, never_held_out=never_held_out,
+            random_state=random_state,
+        )
+        print(f"  band variant {name!r}: {len(results[name]['models'])} held-out models")
+    default = results[next(iter(BAND_VARIANTS))]
+    models, units = default["models"].copy(), default["units"]
+    variant_rows = []
+    for name, res in results.items():
+        m, u = res["models"], res["units"]
+        known = u[u["in_band"].notna()]
+        row = dict(variant=name, kernels=len(known), kernel_coverage=float(known["in_band"].astype(float).mean()),
+                   median_kernel_width=float(np.median((known["pure_hi_us"] - known["pure_lo_us"])
+                                                       / (2 * known["pure_us"]))))
+        for how in BAND_COMBINES:
+            col = f"e2e_in_band_{how}"
+            if col in m:
+                row[f"e2e_coverage_{how}"] = float(m[col].dropna().astype(float).mean())
+        if f"e2e_band_lo_us_{BAND_COMBINE}" in m:
+            half = (m[f"e2e_band_hi_us_{BAND_COMBINE}"] - m[f"e2e_band_lo_us_{BAND_COMBINE}"]) / (2 * m["e2e_pure_us"])
+            row[f"median_e2e_half_width_{BAND_COMBINE}"] = float(half.median())
+        variant_rows.append(row)
+    classes = (units[units["in_band"].notna()].assign(inside=lambda d: d["in_band"].astype(float))
+               .groupby(["target", "band_class"])
+               .agg(kernels=("inside", "size"), coverage=("inside", "mean"),
+                    median_lo=("pure_lo_us", lambda v: float(np.median(v / units.loc[v.index, "pure_us"]))),
+                    median_hi=("pure_hi_us", lambda v: float(np.median(v / units.loc[v.index, "pure_us"]))))
+               .reset_index())
+    sub = subplan_coverage(units, draws=draws, seed=random_state)
+    rule_rows = []
+    for how in BAND_COMBINES:
+        row = dict(rule=how, default=how == BAND_COMBINE)
+        if f"e2e_in_band_{how}" in models:
+            inside = models[f"e2e_in_band_{how}"].dropna().astype(float)
+            row.update(models=len(inside), e2e_coverage=float(inside.mean()))
+            half = (models[f"e2e_band_hi_us_{how}"] - models[f"e2e_band_lo_us_{how}"]) / (2 * models["e2e_pure_us"])
+            row["median_e2e_half_width"] = float(half.median())
+        if not sub.empty:
+            s = sub[sub["how"] == how]
+            row.update(subplans=len(s), subplan_coverage=float(s["inside"].mean()),
+                       median_subplan_half_width=float(((s["rel_hi"] - s["rel_lo"]) / 2).median()))
+        rule_rows.append(row)
+    for how in BAND_COMBINES:
+        if f"e2e_band_lo_us_{how}" in models:
+            models[f"e2e_band_rel_lo_{how}"] = models[f"e2e_band_lo_us_{how}"] / models["e2e_pure_us"] - 1
+            models[f"e2e_band_rel_hi_{how}"] = models[f"e2e_band_hi_us_{how}"] / models["e2e_pure_us"] - 1
+    return dict(models=models, units=units, variants=pd.DataFrame(variant_rows), classes=classes,
+                rules=pd.DataFrame(rule_rows), subplans=sub)
+
+
+def band_check(bands: dict) -> dict:
+    """Acceptance of the band evaluation per target (see :data:`BAND_E2E_MAX_ERR` and the two below)."""
+    out = {}
+    models, units = bands["models"], bands["units"]
+    for target, m in models.groupby("target"):
+        u = units[(units["target"] == target) & units["in_band"].notna()]
+        ranked = m[m["distinct"] >= 3]
+        coverage = float(u["in_band"].astype(float).mean()) if len(u) else float("nan")
+        e2e = m["e2e_pure_err"] if "e2e_pure_err" in m else pd.Series(dtype=float)
+        entry = dict(
+            models=len(m),
+            e2e_pure_err_max_abs=float(e2e.abs().max()) if len(e2e) else None,
+            e2e_within_15pct=int((e2e.abs() <= BAND_E2E_MAX_ERR).sum()),
+            e2e_failing=m.loc[e2e.abs() > BAND_E2E_MAX_ERR, "model"].tolist() if len(e2e) else [],
+            spearman_min=float(ranked["spearman"].min()) if len(ranked) else None,
+            spearman_failing=ranked.loc[ranked["spearman"] < BAND_SPEARMAN_MIN, "model"].tolist(),
+            kernel_band_coverage=coverage,
+            kernel_band_coverage_ok=bool(BAND_COVERAGE_RANGE[0] <= coverage <= BAND_COVERAGE_RANGE[1]),
+        )
+        col = f"e2e_in_band_{BAND_COMBINE}"
+        if col in m:
+            inside = m[col].dropna().astype(bool)
+            entry[f"e2e_in_band_{BAND_COMBINE}"] = f"{int(inside.sum())} of {len(inside)}"
+            entry["e2e_outside_band"] = m.loc[m[col].eq(False), "model"].tolist()
+        entry["ok"] = bool(not entry["e2e_failing"] and not entry["spearman_failing"]
+                           and entry["kernel_band_coverage_ok"])
+        out[target] = entry
+    return out
+
+
+def band_markdown(bands: dict, checks: dict, never_held_out) -> str:
+    """The band evaluation as Markdown (``cost_model_bands.md``)."""
+    models, rules = bands["models"], bands["rules"]
+    pct = lambda v: "n/a" if v is None or not np.isfinite(v) else f"{100 * v:+.1f}%"
+    lines = [
+        "### Cost model error bands: leave one architecture out",
+        "",
+        ("Every model family in the profile is held out in turn (a model with its size variants; "
+         f"training-only families never held out: {', '.join(never_held_out)}). The cost model is trained on "
+         "the other families' kernels and **calibrated on them alone** (nested leave-one-family-out residuals, "
+         "`CostModel.calibrate`), then prices every kernel of the held-out models by prediction "
+         "(`measure='never'`: none of the family's kernels measured). Kernel band: the nominal "
+         f"{100 * BAND_NOMINAL:.0f}% band of each prediction; *coverage* = share of held-out kernels whose "
+         "measured latency falls inside. End-to-end band: the kernels' bands combined by each rule of "
+         "`autoplace.cost_model.table.BAND_COMBINES` plus the measured VM overheads, checked against the "
+         "profile's end-to-end measurement of the model (which also holds effects no kernel band covers: "
+         f"see `e2e_oracle_err`). Default rule: `{BAND_COMBINE}`."),
+        "",
+    ]
+    cols = ["model", "distinct", "spearman", "e2e_measured_us", "e2e_pure_err", "e2e_oracle_err", "band_kernels",
+            "band_coverage"]
+    for target, m in models.groupby("target"):
+        head = cols + [f"e2e band ({how})" for how in BAND_COMBINES]
+        lines += [f"Target `{target}`:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for _, r in m.iterrows():
+            cells = [str(r["model"]), str(int(r["distinct"])), _fmt(r.get("spearman")),
+                     "n/a" if pd.isna(r.get("e2e_measured_us")) else f"{r['e2e_measured_us']:.1f}",
+                     pct(r.get("e2e_pure_err")), pct(r.get("e2e_oracle_err")), str(int(r.get("band_kernels", 0))),
+                     _fmt(r.get("band_coverage"))]
+            for how in BAND_COMBINES:
+                lo, hi = r.get(f"e2e_band_rel_lo_{how}"), r.get(f"e2e_band_rel_hi_{how}")
+                inside = r.get(f"e2e_in_band_{how}")
+                mark = "" if pd.isna(inside) else (" in" if inside else " **out**")
+                cells.append("n/a" if lo is None or pd.isna(lo) else f"{pct(lo)} / {pct(hi)}{mark}")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        ("Combination rules (end to end: the held-out models above; sub-plans: random halves of each held-out "
+        "model's distinct kernels, kernel time only, as a placement splits a model between devices; "
+        "half width = (high - low) / 2 over the prediction):"),
+        "",
+        _md(rules),
+        "",
+        "Band variants (kernel coverage pooled over held-out kernels; e2e coverage per rule):",
+        "",
+        _md(bands["variants"]),
+        "",
+        "Kernel coverage per anchor op class (default variant; median_lo / median_hi: the band's factors):",
+        "",
+        _md(bands["classes"]),
+        "",
+        ("Acceptance (pure prediction end to end within 15%, Spearman >= 0.95 per held-out model with >= 3 "
+        "kernels, nominal 80% kernel band covering 70-90% of held-out kernels):"),
+        "",
+        "```",
+        json.dumps(_clean(checks), indent=1),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def run_bands(records: pd.DataFrame, args, store) -> dict:
+    """The band evaluation: print, write ``cost_model_bands.*``; returns the acceptance dict."""
+    started = time.perf_counter()
+    never = tuple(args.never_held_out)
+    bands = band_eval(records, target=args.target, random_state=args.random_state, never_held_out=never,
+                      draws=args.subplans)
+    checks = band_check(bands)
+    models = bands["models"]
+    cols = [c for c in ("target", "model", "distinct", "spearman", "e2e_pure_err", "e2e_oracle_err", "band_kernels",
+                        "band_coverage", f"e2e_band_rel_lo_{BAND_COMBINE}", f"e2e_band_rel_hi_{BAND_COMBINE}",
+                        f"e2e_in_band_{BAND_COMBINE}") if c in models]
+    print("\nLeave one architecture out, pure prediction, nested band calibration\n")
+    print(models[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nCombination rules\n")
+    print(bands["rules"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nBand variants\n")
+    print(bands["variants"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nKernel coverage per op class\n")
+    print(bands["classes"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nBand acceptance (e2e within 15%, Spearman >= 0.95, kernel band coverage 70-90%):")
+    print(json.dumps(_clean(checks), indent=1))
+    os.makedirs(args.out, exist_ok=True)
+    models.to_csv(os.path.join(args.out, "cost_model_bands.csv"), index=False)
+    bands["units"].to_csv(os.path.join(args.out, "cost_model_bands_units.csv"), index=False)
+    meta = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        profile=os.path.abspath(args.profile), hardware_id=store.metadata.get("hardware_id"),
+        records=len(records), seconds=round(time.perf_counter() - started, 1),
+        cost_model=repr(XGBCostModel(random_state=args.random_state)),
+        feature_version=features.FEATURE_VERSION,
+        features_sha256=_sha256(features.__file__)[:12],
+    )
+    with open(os.path.join(args.out, "cost_model_bands.md"), "w", encoding="utf-8") as f:
+        f.write(band_markdown(bands, checks, never) + "\n")
+        f.write(f"Run: {json.dumps(_clean(meta))}\n")
+    print(f"\nwrote {args.out}/cost_model_bands.* in {meta['seconds']} s")
+    return checks
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -288,6 +558,13 @@ def main(argv=None) -> int:
         default=5,
         help="also repeat the default model with this many XGBoost seeds (end-to-end error spread)",
     )
+    parser.add_argument("--bands-only", action="store_true",
+                        help="only the error-band evaluation (leave one architecture out, nested calibration)")
+    parser.add_argument("--no-bands", action="store_true", help="skip the error-band evaluation")
+    parser.add_argument("--subplans", type=int, default=200,
+                        help="random parts per held-out model when checking how bands combine")
+    parser.add_argument("--never-held-out", nargs="*", default=list(NEVER_HELD_OUT),
+                        help=f"training-only families (default: {' '.join(NEVER_HELD_OUT)})")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -299,6 +576,9 @@ def main(argv=None) -> int:
     pd.set_option("display.width", 220)
     pd.set_option("display.max_columns", 30)
     warnings.simplefilter("ignore", category=UserWarning)
+    if args.bands_only:
+        run_bands(records, args, store)
+        return 0
 
     results = {}
     variant_rows = []
@@ -306,7 +586,8 @@ def main(argv=None) -> int:
     for name, (kind, params) in variants.items():
         if kind == "xgb":
             params = dict(params, random_state=args.random_state)
-        res = leave_one_family_out(records, kind, target=args.target, **params)
+        res = leave_one_family_out(records, kind, target=args.target, never_held_out=tuple(args.never_held_out),
+                                   **params)
         results[name] = res
         for _, s in summarize(res).iterrows():
             variant_rows.append(dict(variant=name, **s.to_dict()))
@@ -405,6 +686,8 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "cost_model_summary.md"), "w", encoding="utf-8") as f:
         f.write(markdown(models, summary, classes, curve, variants_df, seeds) + "\n")
     print(f"\nwrote {args.out}/cost_model_* in {meta['seconds']} s")
+    if not args.no_bands:
+        run_bands(records, args, store)
     return 0
 
 

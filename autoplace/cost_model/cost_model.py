@@ -6,6 +6,20 @@ records made for kernels of models never profiled (:func:`features_from_unit`). 
 ``"xgb"`` (:class:`~autoplace.cost_model.xgb_model.XGBCostModel`, the default) and ``"roofline"``
 (:class:`~autoplace.cost_model.roofline_model.RooflineCostModel`, a per-op-class baseline and the
 fake for tests). :func:`create` turns a name into a model; :func:`load` reads any saved model.
+
+Error bands
+-----------
+:meth:`CostModel.calibrate` (run by :func:`autoplace.cost_model.train` and ``autoplace train``) says how
+far off a prediction for a model never profiled tends to be: it holds out each model family of the
+training profile in turn (the families of :func:`autoplace.cost_model.evaluate.family`; the training-only
+sets of :data:`NEVER_HELD_OUT` never), fits the same model on the rest and records every held-out
+kernel's residual ``log(measured / predicted)``. The band table it stores (:func:`band_table`, saved
+with the model) holds, per target kind, a scale line (how the typical error shrinks with the kernel's
+predicted latency) and, per anchor op class (:func:`record_op_class`), the 10th and 90th percentiles of
+the residuals divided by that scale: a prediction ``p`` has the nominal 80% band ``[p * lo, p * hi]``
+with factors ``lo <= 1 <= hi`` (typically) from :meth:`CostModel.band_factors`. A class with fewer than
+:data:`BAND_MIN_RESIDUALS` residuals uses its target's percentiles over all classes. A model without a
+band table (saved before bands existed, or never calibrated) reports its bands as unknown (NaN).
 """
 
 from __future__ import annotations
@@ -22,7 +36,19 @@ from ..targets import kind_of_label
 from .features import as_records, unit_ops
 
 #: Format of saved models. Bump when the JSON layout changes; :func:`load` refuses other versions.
+#: (The optional ``"bands"`` entry came without a bump: files without it load, with unknown bands.)
 FORMAT_VERSION = 1
+
+#: Layout of the band table (:func:`band_table`) inside a saved model; a table of another layout is read as
+#: no table (bands unknown), so a model file never fails to load over its band.
+BAND_TABLE_VERSION = 1
+#: Nominal coverage of a calibrated band: the 10th to 90th percentile of the held-out residuals.
+BAND_NOMINAL = 0.8
+#: An op class with fewer held-out residuals than this uses its target's band over all classes.
+BAND_MIN_RESIDUALS = 10
+#: Families that are training data only and never held out (calibration and evaluation): the random
+#: shape sweep (``experiments/op_sweep.py``), the stride grid (``grid-*``) and the op-family set (``ops-*``).
+NEVER_HELD_OUT = ("sweep", "grid", "ops")
 
 
 class CostModelVersionError(AutoplaceError):
@@ -88,6 +114,8 @@ class CostModel:
             for t in self.target_kinds_
         }
         self.n_records_ = len(units)
+        self.bands_ = None  # a new fit is not calibrated: calibrate(records) learns its band
+        self.residuals_ = None
         self._fit(units)
         return self
 
@@ -148,6 +176,115 @@ class CostModel:
             out.append(sorted({op for op in unit_ops(rec) if op not in vocab}))
         return out
 
+    # -- error bands ---------------------------------------------------------------------------------
+    def calibrate(
+        self,
+        records,
+        *,
+        nominal: float = BAND_NOMINAL,
+        min_residuals: int = BAND_MIN_RESIDUALS,
+        never_held_out=NEVER_HELD_OUT,
+        conformal: bool = True,
+        size_scale: bool = True,
+        quiet: bool = True,
+    ):
+        """Learn the error band of this (fitted) model from leave-one-family-out residuals.
+
+        For each model family of ``records`` (families in ``never_held_out`` excepted) a fresh model with
+        this one's parameters is fitted on the kernels no model of that family launches, and predicts the
+        family's kernels; :func:`band_table` turns the residuals ``log(measured / predicted)`` into the
+        band table (``bands_``, saved with the model). Costs one fit per family.
+
+        Parameters
+        ----------
+        records : pandas.DataFrame or list of dict
+            The profile records the model was fitted on, ``kind="model"`` records included (they say
+            which kernels each model launches).
+        nominal : float
+            Nominal coverage of the band (0.8: the residuals' 10th to 90th percentile).
+        min_residuals : int
+            Op classes with fewer residuals use the target's band over all classes.
+        never_held_out : tuple of str
+            Training-only families.
+        conformal : bool
+            Widen the quantile levels by the split-conformal sample-size correction (see :func:`band_table`).
+        size_scale : bool
+            Let the band's width follow the kernel's size (see :func:`band_table`); False: one band per class.
+        quiet : bool
+            Silence the foreign-profile warnings of the calibration fits.
+
+        Returns
+        -------
+        self
+            With ``bands_`` (None when no family could be held out: bands unknown) and ``residuals_``
+            (one row per held-out kernel, see :func:`autoplace.cost_model.evaluate.family_residuals`).
+        """
+        from .evaluate import family_residuals
+
+        self._check_fitted()
+        params = self.get_params()
+        df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+        if "target" in df and "kind" in df:
+            df = df[(df["kind"] != "unit") | df["target"].isin(self.target_kinds_)]
+        res = family_residuals(
+            df,
+            lambda: type(self)(**params),
+            never_held_out=never_held_out,
+            quiet=quiet,
+            hardware_id=self.hardware_id_,
+            tvm_version=self.tvm_version_,
+        )
+        self.residuals_ = res
+        self.bands_ = band_table(res, nominal=nominal, min_residuals=min_residuals, conformal=conformal,
+                                 size_scale=size_scale)
+        return self
+
+    def band_factors(self, units, target: str | None = None, *, predicted=None,
+                     unseen=None) -> tuple[np.ndarray, np.ndarray]:
+        """Multiplicative error band of each unit's prediction: ``(lo, hi)``, arrays of shape (n_units,).
+
+        A prediction ``p`` has the band ``[p * lo, p * hi]`` at the table's nominal coverage
+        (``bands_["nominal"]``): ``lo = exp(z_lo * s)``, ``hi = exp(z_hi * s)`` with the normalised
+        quantiles ``z`` of the unit's target kind and anchor op class (the target's over all classes where
+        the class had too few residuals) and the scale ``s`` of a kernel of ``p`` microseconds (see
+        :func:`band_table`). A unit fusing an op no training record had (``unseen``, default
+        :meth:`unseen_ops`) gets the wider of its class's and its target's quantiles. NaN where unknown: the
+        model has no band table (never calibrated, or saved before bands existed), one of another layout
+        (:data:`BAND_TABLE_VERSION`) or none for the unit's target.
+
+        Parameters
+        ----------
+        units, target
+            As :meth:`predict`.
+        predicted : array-like, optional
+            The units' predicted latencies (default: :meth:`predict`).
+        unseen : list of list of str, optional
+            The units' unseen ops (default: :meth:`unseen_ops`).
+        """
+        recs, targets = self._prepare(units, target)
+        lo, hi = np.full(len(recs), np.nan), np.full(len(recs), np.nan)
+        bands = getattr(self, "bands_", None)
+        if not bands or not recs or bands.get("version") != BAND_TABLE_VERSION:
+            return lo, hi
+        predicted = self.predict(recs, target) if predicted is None else np.asarray(predicted, dtype=float)
+        if unseen is None:
+            unseen = self.unseen_ops(recs, target)
+        min_n = int(bands.get("min_residuals", BAND_MIN_RESIDUALS))
+        for i, (rec, tgt) in enumerate(zip(recs, targets)):
+            table = bands.get("targets", {}).get(tgt)
+            if not table or not table.get("all"):
+                continue
+            every = table["all"]
+            entry = table.get("classes", {}).get(record_op_class(rec))
+            if not entry or int(entry.get("n", 0)) < min_n:
+                entry = every
+            z_lo, z_hi = float(entry["z_lo"]), float(entry["z_hi"])
+            if unseen[i]:
+                z_lo, z_hi = min(z_lo, float(every["z_lo"])), max(z_hi, float(every["z_hi"]))
+            scale = _band_scale(table["scale"], predicted[i])
+            lo[i], hi[i] = math.exp(z_lo * scale), math.exp(z_hi * scale)
+        return lo, hi
+
     # -- saving --------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """Everything a saved model holds, as JSON-ready data."""
@@ -166,6 +303,7 @@ class CostModel:
             "op_vocab": self.op_vocab_,
             "n_records": self.n_records_,
             "state": self._state(),
+            "bands": getattr(self, "bands_", None),
         }
 
     def save(self, path: str) -> str:
@@ -198,6 +336,7 @@ class CostModel:
         model.op_vocab_ = {k: list(v) for k, v in data["op_vocab"].items()}
         model.n_records_ = int(data["n_records"])
         model._from_state(data["state"])
+        model.bands_ = data.get("bands")  # None in files saved before bands existed: unknown
         return model
 
     @classmethod
@@ -270,6 +409,132 @@ def training_units(records) -> pd.DataFrame:
     df = df.drop_duplicates(subset=["key", "target"], keep="last").reset_index(drop=True)
     df["ops_all"] = [unit_ops(r) for _, r in df.iterrows()]
     return df
+
+
+def record_op_class(record) -> str:
+    """The op class (:func:`autoplace.cost_model.features.op_class`) of a unit record's anchor op (else of
+    its first op; ``"other"`` when it names none): what band tables and the evaluation group by."""
+    from .features import op_class
+
+    try:
+        anchor = record["anchor_op"]
+    except (KeyError, IndexError, TypeError):
+        anchor = None
+    if not isinstance(anchor, str) or not anchor:
+        ops = unit_ops(record)
+        anchor = ops[0] if ops else ""
+    return op_class(anchor) if anchor else "other"
+
+
+def _band_quantiles(values: np.ndarray, nominal: float, conformal: bool = True) -> tuple[float, float]:
+    """The values' ``(1 - nominal) / 2`` and ``(1 + nominal) / 2`` quantiles.
+
+    ``conformal``: with the split-conformal sample-size correction (levels widened by ``(n + 1) / n``,
+    taken at the nearest value outward): with ``n`` exchangeable values a new one falls inside with
+    probability at least ``nominal``, where the plain (interpolated) sample quantiles cover less for small
+    ``n``. Otherwise the plain quantiles.
+    """
+    v = np.sort(np.asarray(values, dtype=float))
+    n = len(v)
+    tail = (1.0 - nominal) / 2.0
+    if not conformal:
+        return float(np.quantile(v, tail)), float(np.quantile(v, 1.0 - tail))
+    hi_level = min(1.0, (1.0 - tail) * (n + 1) / n)
+    return float(np.quantile(v, 1.0 - hi_level, method="lower")), float(np.quantile(v, hi_level, method="higher"))
+
+
+#: Smallest band scale (log units): the line of :func:`band_table` never makes a band narrower than this.
+BAND_SCALE_FLOOR = 0.05
+
+
+def _band_scale(scale: dict, predicted_us: float) -> float:
+    """The typical |log error| of a prediction of ``predicted_us`` (the band table's ``scale`` line)."""
+    x = math.log10(max(float(predicted_us), 1e-9)) if np.isfinite(predicted_us) else 0.0
+    x = min(max(x, float(scale["log10_us_min"])), float(scale["log10_us_max"]))
+    return max(float(scale["intercept"]) + float(scale["slope"]) * x, float(scale["floor"]))
+
+
+def band_table(residuals: pd.DataFrame, *, nominal: float = BAND_NOMINAL,
+               min_residuals: int = BAND_MIN_RESIDUALS, conformal: bool = True,
+               size_scale: bool = True) -> dict | None:
+    """The band table of a cost model from held-out residuals (JSON-ready; None when there are none).
+
+    How wrong a prediction tends to be depends on the kernel's size (on the reference CPU profile, the
+    held-out |log error| of kernels under 10 us is about four times that of kernels over 10 ms) and on its op
+    class (some classes are biased). So the residuals ``r = log(measured / predicted)`` are first divided by
+    a scale ``s(p) = max(intercept + slope * log10(p), floor)``, a least-squares line of ``|r|`` over
+    ``log10`` of the predicted microseconds ``p`` (``log10 p`` clamped to the residuals' range, so the line
+    never extrapolates; ``floor`` = :data:`BAND_SCALE_FLOOR`); the quantiles of the normalised residuals
+    ``z = r / s(p)`` are then taken per op class (:func:`_band_quantiles`, conformal by default). A
+    prediction ``p`` of a class with quantiles ``z_lo, z_hi`` has the band ``[p exp(z_lo s(p)), p exp(z_hi
+    s(p))]``. ``size_scale=False``: ``s = 1`` (one band per class, whatever the size).
+
+    Parameters
+    ----------
+    residuals : pandas.DataFrame
+        One row per held-out kernel: ``target``, ``family``, ``op_class``, ``predicted_us`` and ``residual``,
+        as :func:`autoplace.cost_model.evaluate.family_residuals` makes.
+    nominal : float
+        Nominal coverage of the band.
+    min_residuals : int
+        Classes with fewer residuals fall back to the target's quantiles over all classes.
+    conformal : bool
+        Split-conformal quantile levels (see :func:`_band_quantiles`); False: plain sample quantiles.
+    size_scale : bool
+        Normalise by the size line (above); False: ``s = 1``.
+
+    Returns
+    -------
+    dict
+        ``{"version", "nominal", "quantiles", "method", "group_by", "min_residuals", "size_scale", "targets": {kind:
+        {"scale": {"intercept", "slope", "log10_us_min", "log10_us_max", "floor"}, "all": entry, "classes":
+        {op class: entry}, "families": [held-out families]}}}`` where an entry is ``{"z_lo", "z_hi", "n",
+        "median"}`` (``median``: the median factor ``measured / predicted``). Every class is stored with
+        its count; :meth:`CostModel.band_factors` uses a class entry only where ``n >= min_residuals``.
+    """
+    if residuals is None or len(residuals) == 0:
+        return None
+    r = residuals[np.isfinite(residuals["residual"].astype(float))]
+    if r.empty:
+        return None
+
+    def entry(z, raw) -> dict:
+        z_lo, z_hi = _band_quantiles(z, nominal, conformal)
+        return {"z_lo": z_lo, "z_hi": z_hi, "n": len(z), "median": float(np.exp(np.median(raw)))}
+
+    targets = {}
+    for kind, group in r.groupby("target"):
+        res = group["residual"].to_numpy(float)
+        x = np.log10(np.maximum(group["predicted_us"].to_numpy(float), 1e-9))
+        scale = {"intercept": 1.0, "slope": 0.0, "log10_us_min": float(x.min()), "log10_us_max": float(x.max()),
+                 "floor": BAND_SCALE_FLOOR if size_scale else 1.0}
+        if size_scale:
+            if len(group) >= 3 and np.ptp(x) > 0:
+                slope, intercept = np.polyfit(x, np.abs(res), 1)
+            else:
+                slope, intercept = 0.0, float(np.mean(np.abs(res)))
+            scale.update(intercept=float(intercept), slope=float(slope))
+        z = res / np.array([_band_scale(scale, 10.0**v) for v in x])
+        cls = group["op_class"].astype(str).to_numpy()
+        targets[str(kind)] = {
+            "scale": scale,
+            "all": entry(z, res),
+            "classes": {str(c): entry(z[cls == c], res[cls == c]) for c in sorted(set(cls))},
+            "families": sorted(str(f) for f in group["family"].unique()),
+        }
+    tail = round((1.0 - nominal) / 2.0, 6)
+    return {
+        "version": BAND_TABLE_VERSION,
+        "nominal": float(nominal),
+        "quantiles": [tail, round(1.0 - tail, 6)],
+        "method": "leave-one-family-out residuals log(measured/predicted)"
+        + (", normalised by a size line" if size_scale else "")
+        + (", split-conformal quantiles" if conformal else ", sample quantiles"),
+        "group_by": "target kind, anchor op class",
+        "min_residuals": int(min_residuals),
+        "size_scale": bool(size_scale),
+        "targets": targets,
+    }
 
 
 def check_provenance(units: pd.DataFrame, hardware_id: str | None = None, tvm_version: str | None = None):

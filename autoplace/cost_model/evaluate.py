@@ -13,6 +13,13 @@ would leak them into training. Each fold trains two models:
   answers kernels it has measured with the measurement and predicts the rest, which is what
   placing a never-profiled model does.
 
+With ``bands=True`` the pure model of each fold is also calibrated (:meth:`CostModel.calibrate`) on
+that fold's training records alone (nested: a second leave-one-family-out over the families left), and
+every held-out kernel's error band is checked: does its measured latency fall inside? The held-out
+model's end-to-end band is the kernels' bands combined by each rule of
+:data:`autoplace.cost_model.table.BAND_COMBINES`, checked against its measured end-to-end latency.
+:func:`family_residuals` is the leave-one-family-out residual computation calibration uses.
+
 Metrics (per held-out model and target)
 ---------------------------------------
 Over the model's distinct kernels: MAPE, MdAPE (absolute percentage errors) and the Spearman rank
@@ -32,9 +39,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .cost_model import create, training_units
+from .cost_model import NEVER_HELD_OUT, create, record_op_class, training_units
 from .features import op_class
-from .table import MEASURED, CostTable
+from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, plan_band
 
 
 def family(model_name: str) -> str:
@@ -63,8 +70,9 @@ def model_unit_keys(records: pd.DataFrame, target: str) -> dict:
     """
     out = {}
     units = records[(records["kind"] == "unit") & (records["target"] == target)]
-    for name, group in units.groupby("model"):
-        out[str(name)] = list(dict.fromkeys(group["key"]))
+    if "model" in units:  # records made by hand may name no model
+        for name, group in units.groupby("model"):
+            out[str(name)] = list(dict.fromkeys(group["key"]))
     for name, run in model_runs(records, target).iterrows():
         keys = run.get("unit_keys")
         if isinstance(keys, list) and keys:
@@ -105,6 +113,76 @@ def _side_records(records: pd.DataFrame) -> pd.DataFrame:
     return records[records["kind"].isin(["launch", "copy", "copy_fit"])]
 
 
+def family_residuals(
+    records: pd.DataFrame,
+    model="xgb",
+    *,
+    never_held_out=NEVER_HELD_OUT,
+    quiet: bool = True,
+    hardware_id: str | None = None,
+    tvm_version: str | None = None,
+    **params,
+) -> pd.DataFrame:
+    """Leave-one-family-out residuals of a cost model: what calibrates its error band.
+
+    Each model family of ``records`` (:func:`family`; those in ``never_held_out`` excepted) is held out in
+    turn: a fresh model is fitted on every kernel (of every target kind, as the saved model is) that no
+    model of the family launches, and predicts the family's distinct measured kernels.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame
+        Profile records: units, and ``kind="model"`` records (which kernels each model launches).
+    model : str or callable
+        Cost-model name for :func:`autoplace.cost_model.create` (with ``**params``), or a callable
+        returning a fresh unfitted model.
+    never_held_out : tuple of str
+        Training-only families.
+    quiet : bool
+        Silence the foreign-profile warnings of the fits.
+    hardware_id, tvm_version : str, optional
+        Passed to every ``fit`` (the provenance the models are for).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (held-out family, target, kernel): ``target``, ``family``, ``key``, ``op_class``
+        (:func:`~autoplace.cost_model.cost_model.record_op_class`), ``measured_us``, ``predicted_us``,
+        ``residual`` (``log(measured / predicted)``), ``unseen`` (it fuses an op the fit never saw),
+        ``train_records``.
+    """
+    make = model if callable(model) else (lambda: create(model, **params))
+    columns = ["target", "family", "key", "op_class", "measured_us", "predicted_us", "residual", "unseen",
+               "train_records"]
+    units = training_units(records)
+    if units.empty:
+        return pd.DataFrame(columns=columns)
+    kinds = sorted(units["target"].astype(str).unique())
+    keys_of = {kind: model_unit_keys(records, kind) for kind in kinds}
+    families = sorted({family(m) for kind in kinds for m in keys_of[kind]} - set(never_held_out))
+    tags = list(zip(units["target"].astype(str), units["key"].astype(str)))
+    rows = []
+    for fam in families:
+        held = {(kind, k) for kind in kinds for m, ks in keys_of[kind].items() if family(m) == fam for k in ks}
+        in_fam = np.array([tag in held for tag in tags], dtype=bool)
+        train, test = units[~in_fam], units[in_fam]
+        if train.empty or test.empty:
+            continue
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            fitted = make().fit(train, hardware_id=hardware_id, tvm_version=tvm_version)
+        for kind, part in test.groupby("target"):
+            pred = fitted.predict(part, target=str(kind))
+            unseen = fitted.unseen_ops(part, target=str(kind))
+            for (_, rec), p, ops in zip(part.iterrows(), pred, unseen):
+                meas = float(rec["median_us"])
+                rows.append(dict(target=str(kind), family=fam, key=str(rec["key"]), op_class=record_op_class(rec),
+                                 measured_us=meas, predicted_us=float(p), residual=math.log(meas / float(p)),
+                                 unseen=bool(ops), train_records=len(train)))
+    return pd.DataFrame(rows, columns=columns)
+
+
 def leave_one_family_out(
     records: pd.DataFrame,
     model="xgb",
@@ -112,13 +190,16 @@ def leave_one_family_out(
     target: str | None = None,
     train_filter=None,
     quiet: bool = True,
-    never_held_out=("sweep", "grid"),
+    never_held_out=NEVER_HELD_OUT,
+    bands: bool = False,
+    band_options: dict | None = None,
     **params,
 ) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
 
-    Families in ``never_held_out`` (the single-kernel shape sweep of ``experiments/op_sweep.py`` and the stride grid
-    ``zoo.regime_grid``) are training data only: the evaluation is about models users bring.
+    Families in ``never_held_out`` (the single-kernel shape sweep of ``experiments/op_sweep.py``, the stride grid
+    ``zoo.regime_grid`` and the op-family set ``ops-*``) are training data only: the evaluation is about models
+    users bring.
 
     Parameters
     ----------
@@ -134,12 +215,21 @@ def leave_one_family_out(
         (learning curves).
     quiet : bool
         Silence the foreign-profile warnings of training (the evaluation is about accuracy).
+    bands : bool
+        Also calibrate each fold's pure model on that fold's training records (nested leave-one-family-out)
+        and check the error bands on the held-out kernels and end to end (see the module notes).
+    band_options : dict, optional
+        Keyword arguments of :meth:`CostModel.calibrate` (``conformal``, ``min_residuals``, ...).
 
     Returns
     -------
     dict
         ``"models"``: one row per held-out model and target (metrics, see the module notes);
         ``"units"``: one row per held-out (model, kernel) with measured and predicted latencies.
+        With ``bands``: kernel rows add ``pure_lo_us``, ``pure_hi_us``, ``residual`` and ``in_band``;
+        model rows add ``band_kernels`` / ``band_coverage`` (distinct kernels with a known band / the share
+        of them inside it) and, per rule ``how`` of :data:`~autoplace.cost_model.table.BAND_COMBINES`,
+        ``e2e_band_lo_us_<how>``, ``e2e_band_hi_us_<how>`` and ``e2e_in_band_<how>``.
     """
     make = model if callable(model) else (lambda: create(model, **params))
     units_all = training_units(records)
@@ -167,6 +257,11 @@ def leave_one_family_out(
                 if quiet:
                     warnings.simplefilter("ignore")
                 pure = make().fit(pure_train)
+                if bands:  # nested: the band is learnt from the fold's training families alone
+                    runs_left = records[(records["kind"] == "model") & (records["target"] == kind)]
+                    runs_left = runs_left[runs_left["key"].map(family) != fam]
+                    pure.calibrate(pd.concat([pure_train, runs_left], ignore_index=True),
+                                   never_held_out=never_held_out, **(band_options or {}))
                 look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
                 side = _side_records(records)
                 table = CostTable(pd.concat([look_train, side], ignore_index=True), model=look)
@@ -185,6 +280,12 @@ def leave_one_family_out(
                 pp = np.array([pred_pure[k] for k in distinct])
                 pl = np.array([pred_look[k] for k in distinct])
                 counts = pd.Series(keys).value_counts()
+                if bands:
+                    lo_f, hi_f = pure.band_factors(recs, target=kind, predicted=pp,
+                                                   unseen=[unseen[k] for k in distinct])
+                    band_lo = dict(zip(distinct, pp * lo_f))
+                    band_hi = dict(zip(distinct, pp * hi_f))
+                    class_of = dict(zip(distinct, (record_op_class(r) for _, r in recs.iterrows())))
                 row = dict(
                     target=kind,
                     model=name,
@@ -221,6 +322,23 @@ def leave_one_family_out(
                         e2e_lookup_err=e2e_look / e2e - 1,
                         e2e_pure_vs_oracle_err=e2e_pure / oracle - 1,
                     )
+                if bands:
+                    known = [k for k in distinct if np.isfinite(band_lo[k])]
+                    inside = [band_lo[k] <= measured[k] <= band_hi[k] for k in known]
+                    row.update(band_kernels=len(known), band_coverage=float(np.mean(inside)) if known else math.nan)
+                    if name in runs.index:
+                        fixed = e2e_pure - sum(pred_pure[k] for k in keys)  # VM invocation + launches
+                        rows = pd.DataFrame(dict(
+                            key=keys, latency_us=[pred_pure[k] for k in keys],
+                            band_lo_us=[band_lo[k] for k in keys], band_hi_us=[band_hi[k] for k in keys],
+                            source=PREDICTED, op_class=[class_of[k] for k in keys]))
+                        for how in BAND_COMBINES:
+                            band = plan_band(rows, fixed_us=fixed, how=how)
+                            row[f"e2e_band_lo_us_{how}"] = band["band_lo_us"]
+                            row[f"e2e_band_hi_us_{how}"] = band["band_hi_us"]
+                            row[f"e2e_in_band_{how}"] = (
+                                bool(band["band_lo_us"] <= e2e <= band["band_hi_us"])
+                                if band["band_known"] else math.nan)
                 model_rows.append(row)
                 by_key = units.set_index("key")
                 for k in distinct:
@@ -243,6 +361,15 @@ def leave_one_family_out(
                             pure_ape=abs(pred_pure[k] / measured[k] - 1),
                         )
                     )
+                    if bands:
+                        unit_rows[-1].update(
+                            band_class=class_of[k],
+                            pure_lo_us=band_lo[k],
+                            pure_hi_us=band_hi[k],
+                            residual=math.log(measured[k] / pred_pure[k]),
+                            in_band=bool(band_lo[k] <= measured[k] <= band_hi[k])
+                            if np.isfinite(band_lo[k]) else math.nan,
+                        )
     return {"models": pd.DataFrame(model_rows), "units": pd.DataFrame(unit_rows)}
 
 

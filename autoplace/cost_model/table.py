@@ -9,6 +9,15 @@ A :class:`CostTable` answers the three questions a placement needs, each in micr
   records;
 * what a copy between two devices costs (:meth:`CostTable.copy_cost`), from the profiler's
   ``latency_us = alpha_us + nbytes * us_per_byte`` fit (``kind="copy_fit"``) for that device pair.
+
+How sure the costs are
+----------------------
+Every kernel cost carries its ``source`` and an error band (:meth:`CostTable.latencies`:
+``band_lo_us``, ``band_hi_us``): zero width for a measured kernel, the cost model's calibrated band
+for a predicted one (nominal 80%, see :meth:`autoplace.cost_model.CostModel.calibrate`), NaN when the
+model has no band table. :func:`plan_band` adds kernels up to a plan's latency with its band; how
+per-kernel bands combine is :data:`BAND_COMBINE`, chosen by the held-out evaluation
+(``python experiments/cost_model_eval.py --bands-only``, ``experiments/results/cost_model_bands.md``).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..targets import kind_of_label
-from .cost_model import CostModel, create, load
+from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
 from .features import as_records, features_from_unit
 
 #: ``source`` of a latency: the profile's measurement of this very kernel.
@@ -32,6 +41,28 @@ PREDICTED = "predicted"
 PREDICTED_UNSEEN_OP = "predicted-unseen-op"
 #: ``source`` of a latency: the profile recorded that this kernel fails on the target (``inf``).
 UNSUPPORTED = "unsupported"
+
+#: Columns of :meth:`CostTable.latencies`.
+LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us"]
+
+#: Rules for adding per-kernel error bands up to a plan's band (:func:`plan_band`):
+#:
+#: ``"correlated"``  every kernel's error in one direction at once: the band is the sum of the kernels'
+#:                   band ends (conservative: the widest);
+#: ``"class"``       kernels of one (target kind, anchor op class) fully correlated (they share the cost
+#:                   model's bias for that class), classes independent: per class the sum of the
+#:                   kernels' distances to their band ends, then the root of the sum of squares over classes;
+#: ``"independent"`` distinct kernels independent (repeats of one kernel still add up linearly): root of
+#:                   the sum of squares over distinct kernels (the narrowest).
+BAND_COMBINES = ("correlated", "class", "independent")
+#: The rule :func:`plan_band` uses unless told otherwise: the one whose bands were calibrated when leaving
+#: one model family out of the reference CPU profile (``python experiments/cost_model_eval.py --bands-only``,
+#: ``experiments/results/cost_model_bands.md``, nested calibration, nominal 80%): ``"independent"`` held the
+#: measured end-to-end latency of 8 of 10 held-out models (0.80; one miss is seed003, whose error is VM
+#: overhead, not kernels) and the measured kernel time of 94% of random halves of them; ``"class"`` and
+#: ``"correlated"`` 9 of 10 and 96-97%, with bands 1.6x as wide. The kernels' errors in one held-out model
+#: are far less correlated than one shared bias would make them: the conservative sum over-covers.
+BAND_COMBINE = "independent"
 
 
 def _records_frame(records) -> pd.DataFrame:
@@ -54,8 +85,8 @@ class CostTable:
         The profile's records (a store or its folder is read with ``ProfileStore.records()``).
     model : CostModel, str or None
         Prices kernels the profile did not measure: a fitted model, the path of a saved one, a model
-        name (``"xgb"``, ``"roofline"``: trained here on ``records``), or None (then asking for an
-        unmeasured kernel raises ``KeyError``).
+        name (``"xgb"``, ``"roofline"``: trained and calibrated here on ``records``, one fit per model
+        family), or None (then asking for an unmeasured kernel raises ``KeyError``).
 
     Examples
     --------
@@ -101,7 +132,7 @@ class CostTable:
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
         elif isinstance(model, str):
-            model = create(model).fit(df)
+            model = create(model).fit(df).calibrate(df)  # calibrated: its predictions carry bands
         _warn_foreign_model(model, df)
         self.model = model
 
@@ -196,12 +227,17 @@ class CostTable:
         return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
 
     def latencies(self, units, target_kind: str | None = None, *, graph=None) -> pd.DataFrame:
-        """:meth:`unit_latency_us` for many units at once (one model call).
+        """:meth:`unit_latency_us` for many units at once (one model call), with error bands.
 
         Returns
         -------
         pandas.DataFrame
-            One row per unit: ``key``, ``target``, ``latency_us``, ``source``, ``unseen_ops``.
+            One row per unit: ``key``, ``target``, ``latency_us``, ``source``, ``unseen_ops``,
+            ``op_class`` (of the anchor op: what bands are grouped by), ``band_lo_us`` and ``band_hi_us``:
+            the kernel's error band at the model's nominal coverage (``band_nominal``, 0.8). Equal to
+            ``latency_us`` for a measured kernel (and ``inf`` for an unsupported one); for a predicted one
+            the prediction times the model's calibrated factors (:meth:`CostModel.band_factors`); NaN where
+            the model has no band table (never calibrated, or saved before bands existed): unknown.
         """
         if isinstance(units, pd.DataFrame):
             recs = as_records(units)
@@ -214,11 +250,13 @@ class CostTable:
         for i, rec in enumerate(recs):
             target = kind_of_label(target_kind) if target_kind else kind_of_label(rec.get("target", "") or "")
             key = str(rec.get("key", ""))
-            row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[])
+            row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[],
+                       op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan)
             if (key, target) in self.measured_:
-                row.update(latency_us=self.measured_[(key, target)], source=MEASURED)
+                us = self.measured_[(key, target)]
+                row.update(latency_us=us, source=MEASURED, band_lo_us=us, band_hi_us=us)
             elif (key, target) in self.unsupported_:
-                row.update(latency_us=math.inf, source=UNSUPPORTED)
+                row.update(latency_us=math.inf, source=UNSUPPORTED, band_lo_us=math.inf, band_hi_us=math.inf)
             else:
                 todo.append(i)
             rows.append(row)
@@ -231,21 +269,46 @@ class CostTable:
                 )
             sub = [recs[i] for i in todo]
             targets = [rows[i]["target"] for i in todo]
-            lat = np.empty(len(todo))
+            lat, lo, hi = np.empty(len(todo)), np.full(len(todo), np.nan), np.full(len(todo), np.nan)
             unseen = [None] * len(todo)
             for tgt in sorted(set(targets)):
                 idx = [j for j, t in enumerate(targets) if t == tgt]
                 part = [sub[j] for j in idx]
                 lat[idx] = self.model.predict(part, target=tgt)
-                for j, ops in zip(idx, self.model.unseen_ops(part, target=tgt)):
+                part_unseen = self.model.unseen_ops(part, target=tgt)
+                for j, ops in zip(idx, part_unseen):
                     unseen[j] = ops
+                if hasattr(self.model, "band_factors"):
+                    lo[idx], hi[idx] = self.model.band_factors(part, target=tgt, predicted=lat[idx],
+                                                                  unseen=part_unseen)
             for j, i in enumerate(todo):
                 rows[i].update(
                     latency_us=float(lat[j]),
                     unseen_ops=unseen[j],
                     source=PREDICTED_UNSEEN_OP if unseen[j] else PREDICTED,
+                    band_lo_us=float(lat[j] * lo[j]),
+                    band_hi_us=float(lat[j] * hi[j]),
                 )
-        return pd.DataFrame(rows, columns=["key", "target", "latency_us", "source", "unseen_ops"])
+        return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+
+    @property
+    def band_nominal(self) -> float:
+        """Nominal coverage of the predicted kernels' bands (0.8), NaN when the model has no band table."""
+        bands = getattr(self.model, "bands_", None) if self.model is not None else None
+        return float(bands["nominal"]) if bands and bands.get("version") == BAND_TABLE_VERSION else math.nan
+
+    def end_to_end_band(self, units, target_label: str, *, graph=None, how: str | None = None) -> dict:
+        """:meth:`end_to_end_us` with its error band: :func:`plan_band` of the kernels, the VM's invocation
+        and launch overheads added as exact (measured) costs."""
+        kind = kind_of_label(target_label)
+        frame = self.latencies(list(units), kind, graph=graph)
+        fixed = self.invoke_us(target_label, default=0.0) + len(frame) * self.launch_us(target_label, default=0.0)
+        return plan_band(frame, fixed_us=fixed, how=how, nominal=self.band_nominal)
+
+    def plan_band(self, rows, *, fixed_us: float = 0.0, how: str | None = None) -> dict:
+        """:func:`plan_band` of rows of :meth:`latencies` (a plan's kernels, over all its targets), with this
+        table's nominal coverage."""
+        return plan_band(rows, fixed_us=fixed_us, how=how, nominal=self.band_nominal)
 
     # -- launches and copies -------------------------------------------------------------------------
     def launch_us(self, target_label: str, default: float | None = None) -> float:
@@ -343,6 +406,147 @@ class CostTable:
             f"CostTable({len(self.measured_)} measured kernels, {len(self.launch_)} launch records, "
             f"{len(self.copy_)} copy fits, model={type(self.model).__name__ if self.model else None})"
         )
+
+
+_PREDICTED_SOURCES = (PREDICTED, PREDICTED_UNSEEN_OP)
+
+
+def _band_rows(rows) -> pd.DataFrame:
+    """``rows`` of :func:`plan_band` as a DataFrame with its columns."""
+    if isinstance(rows, pd.DataFrame):
+        df = rows.copy()
+    else:
+        rows = list(rows)
+        if rows and not isinstance(rows[0], (dict, pd.Series)):
+            names = ["latency_us", "band_lo_us", "band_hi_us", "source", "op_class", "key"]
+            rows = [dict(zip(names, r)) for r in rows]
+        df = pd.DataFrame(rows)
+    for column, default in (("latency_us", math.nan), ("band_lo_us", math.nan), ("band_hi_us", math.nan),
+                            ("source", PREDICTED)):
+        if column not in df:
+            df[column] = default
+    return df
+
+
+def plan_band(rows, *, fixed_us: float = 0.0, how: str | None = None, nominal: float = math.nan) -> dict:
+    """A plan's predicted latency with its error band: kernels' latencies and bands added up.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame, list of dict or list of tuple
+        One row per kernel launch (a kernel launched twice is two rows), with ``latency_us``,
+        ``band_lo_us``, ``band_hi_us``, ``source`` and, where known, ``op_class``, ``target`` and ``key``:
+        the rows of :meth:`CostTable.latencies` of the kernels a plan runs (concatenated over its
+        targets), or tuples ``(latency_us, band_lo_us, band_hi_us, source[, op_class[, key]])``. Rows not
+        predicted (measured, ``"folded"``...) are exact whatever their band columns say.
+    fixed_us : float
+        Costs known exactly added to the total (launches, VM invocation, copies from measured fits).
+    how : str, optional
+        How the kernels' bands combine, one of :data:`BAND_COMBINES` (default :data:`BAND_COMBINE`). The
+        kernels of a group are fully correlated (their band ends add up: the group's band is ``[sum of
+        lows, sum of highs]``), groups are independent: the plan's band reaches below the total by the root
+        of the sum of squares of the groups' distances from their prediction down to their low end, and
+        above it likewise (each side on its own, so the band stays around the prediction and keeps the
+        kernels' asymmetry; exact for one group). Groups: ``"correlated"`` one group; ``"class"`` one per
+        (``target``, ``op_class``); ``"independent"`` one per distinct (``target``, ``key``): repeats of
+        a kernel are one group (every row its own without ``key``).
+    nominal : float
+        Nominal coverage of the kernels' bands, passed through (:attr:`CostTable.band_nominal`).
+
+    Returns
+    -------
+    dict
+        ``latency_us`` (``fixed_us`` + the kernels' latencies), ``band_lo_us``, ``band_hi_us``, ``rel_lo``,
+        ``rel_hi`` (the band ends over ``latency_us``, minus 1), ``band_known`` (False, with NaN ends, when a
+        predicted kernel has no band: the model has no band table), ``how``, ``nominal``, ``kernels``,
+        ``measured``, ``predicted`` and ``unknown_band`` (launches of each kind), ``distinct_kernels`` and
+        ``distinct_predicted`` (distinct ``key`` values, when rows carry keys).
+    """
+    how = how or BAND_COMBINE
+    if how not in BAND_COMBINES:
+        raise ValueError(f"how must be one of {BAND_COMBINES}, not {how!r}")
+    df = _band_rows(rows)
+    lat = pd.to_numeric(df["latency_us"], errors="coerce").to_numpy(float)
+    predicted = df["source"].isin(_PREDICTED_SOURCES).to_numpy()
+    lo = np.where(predicted, pd.to_numeric(df["band_lo_us"], errors="coerce").to_numpy(float), lat)
+    hi = np.where(predicted, pd.to_numeric(df["band_hi_us"], errors="coerce").to_numpy(float), lat)
+    unknown = predicted & ~(np.isfinite(lo) & np.isfinite(hi))
+    total = float(fixed_us) + float(lat.sum())
+    out = dict(latency_us=total, band_lo_us=math.nan, band_hi_us=math.nan, rel_lo=math.nan, rel_hi=math.nan,
+               band_known=not unknown.any(), how=how, nominal=float(nominal), kernels=len(df),
+               measured=int((df["source"] == MEASURED).sum()), predicted=int(predicted.sum()),
+               unknown_band=int(unknown.sum()))
+    if "key" in df:
+        keys = df["key"].astype(str)
+        out.update(distinct_kernels=int(keys.nunique()), distinct_predicted=int(keys[predicted].nunique()))
+    if not math.isfinite(total):
+        out.update(band_lo_us=total, band_hi_us=total)
+        return out
+    if unknown.any():
+        return out
+    target = df["target"].astype(str) if "target" in df else pd.Series("", index=df.index)
+    if how == "correlated":
+        groups = pd.Series(0, index=df.index)
+    elif how == "class":
+        cls = df["op_class"].astype(str) if "op_class" in df else pd.Series("", index=df.index)
+        groups = target + "/" + cls
+    else:
+        groups = target + "/" + df["key"].astype(str) if "key" in df else pd.Series(range(len(df)), index=df.index)
+    sums = pd.DataFrame(dict(g=groups.to_numpy(), below=lat - lo, above=hi - lat)).groupby("g").sum()
+    below, above = sums["below"].to_numpy(float), sums["above"].to_numpy(float)
+    # Each side on its own: root of the sum of squares of the groups' distances to their band end; a group
+    # whose band lies wholly on one side of its prediction (a negative distance) shifts that end linearly.
+    band_lo = total - math.sqrt(float((np.maximum(below, 0) ** 2).sum())) + float(np.maximum(-below, 0).sum())
+    band_hi = total + math.sqrt(float((np.maximum(above, 0) ** 2).sum())) - float(np.maximum(-above, 0).sum())
+    band_lo, band_hi = min(band_lo, band_hi), max(band_lo, band_hi)
+    out.update(band_lo_us=band_lo, band_hi_us=band_hi)
+    if total > 0:
+        out.update(rel_lo=band_lo / total - 1, rel_hi=band_hi / total - 1)
+    return out
+
+
+def bands_overlap(a: dict, b: dict) -> bool | None:
+    """Whether two plans' bands (:func:`plan_band`) overlap: then the predictions cannot tell which plan is
+    faster at the bands' nominal coverage. None when either band is unknown.
+
+    Plans that share most kernels have correlated errors, so their difference is surer than two
+    overlapping bands suggest: an overlap is a warning, not a proof that the choice is wrong.
+    """
+    if not (a.get("band_known") and b.get("band_known")):
+        return None
+    return bool(a["band_lo_us"] <= b["band_hi_us"] and b["band_lo_us"] <= a["band_hi_us"])
+
+
+def _time(us: float) -> str:
+    if not math.isfinite(us):
+        return str(us)
+    for scale, unit in ((1e6, "s"), (1e3, "ms")):
+        if abs(us) >= scale:
+            return f"{us / scale:.3g} {unit}"
+    return f"{us:.3g} us"
+
+
+def describe_band(band: dict) -> str:
+    """One line for a :func:`plan_band`: ``"predicted 374 ms (+-9%, 12 of 40 kernels predicted)"``,
+    ``"predicted 374 ms (-7%/+12%, ...)"`` for an asymmetric band, ``"measured 374 ms (all 40 kernels
+    measured)"``, or ``"predicted 374 ms (band unknown: ...)"`` when the model has no band table."""
+    total, n, pred = band["latency_us"], band["kernels"], band["predicted"]
+    if "distinct_kernels" in band:
+        n, pred = band["distinct_kernels"], band["distinct_predicted"]
+    counts = f"{pred} of {n} kernels predicted"
+    if pred == 0:
+        return f"measured {_time(total)} (all {n} kernels measured)"
+    if not band["band_known"]:
+        return (f"predicted {_time(total)} (band unknown: the cost model has no error band, retrain it with "
+                f"autoplace train; {counts})")
+    lo, hi = 100 * band["rel_lo"], 100 * band["rel_hi"]
+    if abs(-lo - hi) < 1.0:
+        width = f"+-{max(-lo, hi):.0f}%"
+    else:
+        width = f"{lo:+.0f}%/{hi:+.0f}%"
+    nominal = band.get("nominal", math.nan)
+    level = f" {100 * nominal:.0f}% band" if isinstance(nominal, float) and math.isfinite(nominal) else ""
+    return f"predicted {_time(total)} ({width}{level}, {counts})"
 
 
 def _warn_foreign_model(model: CostModel, df: pd.DataFrame) -> None:

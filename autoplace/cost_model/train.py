@@ -25,9 +25,10 @@ def train(
     save: bool = True,
     allow_foreign: bool = False,
     hardware_id: str | None = None,
+    calibrate: bool = True,
     **params,
 ) -> CostModel:
-    """Fit a cost model on a profile and save it.
+    """Fit a cost model on a profile, calibrate its error band and save it.
 
     Parameters
     ----------
@@ -45,13 +46,18 @@ def train(
         Also use records of the folder measured on other hardware / TVM versions (warned about).
     hardware_id : str, optional
         The machine the model is for (default: this one); a profile of other hardware warns.
+    calibrate : bool
+        Also learn the model's error band (:meth:`CostModel.calibrate`: leave-one-family-out residuals
+        on the same records, one more fit per model family in the profile), saved with the model. Without
+        it the saved model's bands are unknown (NaN).
     **params
         Parameters of the model (e.g. ``random_state=0``).
 
     Returns
     -------
     CostModel
-        The fitted model; ``model.path_`` is where it was saved (None when not saved).
+        The fitted model; ``model.path_`` is where it was saved (None when not saved), ``model.bands_``
+        its band table (None when not calibrated, or when the profile has no model family to hold out).
     """
     from ..profile import ProfileStore
 
@@ -66,6 +72,8 @@ def train(
         if not (records["kind"] == "unit").any():
             raise AutoplaceError(f"{store.path}: no unit records for target {kinds}")
     fitted = create(model, **params).fit(records, hardware_id=hardware_id)
+    if calibrate:
+        fitted.calibrate(records)
     fitted.path_ = None
     if save:
         fitted.path_ = fitted.save(out or default_model_path(store.path))
