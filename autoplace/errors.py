@@ -44,3 +44,19 @@ class PlacementError(AutoplaceError):
 
 class InfeasiblePlacementError(PlacementError):
     """No placement satisfies the pins, supported targets and memory caps together."""
+
+
+class CostModelVersionError(AutoplaceError):
+    """A saved cost model was written by another format or feature version (retrain it)."""
+
+
+class UnknownTargetError(AutoplaceError):
+    """A prediction was asked for a target kind the model has no profile of."""
+
+
+class CorruptRecordWarning(UserWarning):
+    """A line of a profile's records file was torn or altered and has been skipped."""
+
+
+class ForeignProfileWarning(UserWarning):
+    """Records measured on other hardware or another TVM version were found."""

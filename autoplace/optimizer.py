@@ -10,6 +10,7 @@ inputs arrive on the host (the first target) and outputs return there unless pin
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -58,6 +59,7 @@ class OptimizeResult:
     model_name: str
     costs: object = field(repr=False, default=None)
     timings_s: dict = field(default_factory=dict)
+    _nominal: float = field(repr=False, default=math.nan)  # band coverage of a result read from a file
 
     def _placed(self) -> Placement:
         if self.placement is None:
@@ -84,27 +86,105 @@ class OptimizeResult:
         ops, predicted compute time and memory; plus copies (a DataFrame)."""
         import pandas as pd
 
+        from .cost_model.table import plan_band
+
         rows = []
         per = self.plan.per_target()
         for t in self.targets:
             info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
             units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
             sources = [self.view.graph.nodes[u].get("cost_source", {}).get(t, "") for u in units]
+            own = plan_band(self._band_rows({u: t for u in units}), nominal=self.band_nominal)
             rows.append(dict(target=t, kernels=len(units), measured=sum(src == "measured" for src in sources),
                              predicted=sum(src.startswith("predicted") for src in sources),
                              ops=sum(len(self.view.members[u]) for u in units),
-                             compute_us=info["compute_us"], memory_MB=info["memory_bytes"] / 1e6))
+                             compute_us=info["compute_us"], compute_lo_us=own["band_lo_us"],
+                             compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
-                         compute_us=sum(c.latency_us for c in copies),
+                         compute_us=sum(c.latency_us for c in copies), compute_lo_us=None, compute_hi_us=None,
                          memory_MB=sum(c.nbytes for c in copies) / 1e6))
         return pd.DataFrame(rows).set_index("target")
+
+    # ------------------------------------------------------------------ how sure
+
+    def band(self, unit_assignment: Mapping | None = None) -> dict:
+        """The predicted end-to-end latency of the plan (or of another ``{unit: target}`` assignment of
+        the same problem) with its error band: kernels measured are exact, predicted ones carry the
+        cost model's calibrated band, copies and VM overheads are measured fits (exact here). See
+        :func:`autoplace.cost_model.table.plan_band` for how kernels' bands combine."""
+        from .cost_model.table import plan_band
+        from .solve import evaluate
+
+        assignment = dict(unit_assignment or self.plan.assignment)
+        rows = self._band_rows(assignment)
+        kernels_us = sum(r["latency_us"] for r in rows)
+        if unit_assignment is None:
+            fixed_us = self.predicted_us - kernels_us  # copies + the VM's invocation, as predicted
+        else:
+            cost = evaluate(self.problem, self.problem.assignment_index(assignment))
+            fixed_us = float(cost.copy_us) + (self.predicted_us - float(self.plan.objective_us))
+        return plan_band(rows, fixed_us=fixed_us, nominal=self.band_nominal)
+
+    def _band_rows(self, assignment: Mapping) -> list[dict]:
+        """One row per kernel of ``{unit: target}``: latency, band, source, op class and key there."""
+        rows = []
+        for unit, target in assignment.items():
+            data = self.view.graph.nodes[unit] if unit in self.view.graph else {}
+            if data.get("kind") != "unit" or target not in data.get("latency_us", {}):
+                continue
+            latency = float(data["latency_us"][target])
+            low, high = data.get("band_us", {}).get(target, (latency, latency))
+            op_class, key = data.get("kernel", {}).get(target, ("", unit))
+            rows.append(dict(latency_us=latency, band_lo_us=float(low), band_hi_us=float(high),
+                             source=data.get("cost_source", {}).get(target, ""), op_class=op_class,
+                             target=target, key=key))
+        return rows
+
+    @property
+    def band_nominal(self) -> float:
+        """Nominal coverage of the kernels' error bands (0.8), NaN when the cost model has none."""
+        return float(getattr(self.costs, "band_nominal", math.nan)) if self.costs is not None else self._nominal
+
+    def band_text(self) -> str:
+        """``"predicted 374 ms (+-9% 80% band, 12 of 40 kernels predicted)"`` for this plan."""
+        from .cost_model.table import describe_band
+
+        return describe_band(self.band())
+
+    def choice_notes(self) -> list[str]:
+        """Where the plan's choice rests on predictions whose bands overlap: one sentence per alternative
+        (everything on one target, greedy) that is predicted slower but whose band overlaps the plan's."""
+        from .cost_model.table import bands_overlap
+        from .errors import PlacementError
+        from .solve import solve
+
+        if self.problem is None:
+            return []
+        mine = self.band()
+        notes = []
+        for method in [f"all:{t}" for t in self.targets] + ["greedy"]:
+            try:
+                other = solve(self.problem, method=method).assignment
+            except PlacementError:
+                continue  # does not fit the caps: not an alternative
+            if other == dict(self.plan.assignment):
+                continue
+            theirs = self.band(other)
+            if bands_overlap(mine, theirs):
+                notes.append(
+                    f"the choice over {method} rests on predictions whose {100 * mine['nominal']:.0f}% bands "
+                    f"overlap ({mine['band_lo_us']:.0f}-{mine['band_hi_us']:.0f} us vs "
+                    f"{theirs['band_lo_us']:.0f}-{theirs['band_hi_us']:.0f} us): measure it with "
+                    "autoplace.compare, or profile the predicted kernels (measure='auto' on a machine that has "
+                    "the devices)")
+        return notes
 
     def __repr__(self) -> str:
         plan = self.plan
         per = ", ".join(f"{t}: {len([n for n in v['nodes'] if self.view.graph.nodes[n].get('kind') == 'unit'])} kernels"
                         for t, v in plan.per_target().items())
-        return (f"OptimizeResult({self.model_name}: predicted {self.predicted_us:.1f} us "
+        return (f"OptimizeResult({self.model_name}: {self.band_text()} "
                 f"[{plan.status}, gap {plan.gap:.2%}]; {per}; {len(plan.copies)} copies)")
 
     def _repr_html_(self) -> str:
@@ -130,6 +210,7 @@ class OptimizeResult:
             f.write("# Placed by autoplace: every tensor carries its vdevice; R.to_vdevice marks each copy.\n")
             f.write(self.mod.script(show_meta=False))
         payload = dict(format=RESULT_FORMAT, model=name, predicted_us=self.predicted_us,
+                       band_nominal=self.band_nominal,
                        targets={t: self.targets[t].kind for t in self.targets}, plan=self.plan.to_dict(),
                        assignment=self.assignment, members=self.view.members,
                        graph=json_graph.node_link_data(self.view.graph, edges="links"))
@@ -182,7 +263,8 @@ class OptimizeResult:
         plan = PlacementPlan.from_dict(data["plan"])
         return cls(placement=None, plan=plan, problem=None, view=UnitGraph(graph, members, owner),
                    assignment=dict(data.get("assignment", {})), targets=targets,
-                   predicted_us=float(data.get("predicted_us", plan.objective_us)), model_name=data["model"])
+                   predicted_us=float(data.get("predicted_us", plan.objective_us)), model_name=data["model"],
+                   _nominal=float(data.get("band_nominal") or math.nan))
 
 
 def _write_json_atomically(path: str, payload) -> None:

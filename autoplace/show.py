@@ -308,14 +308,18 @@ def result_html(result) -> str:
     Returns
     -------
     str
-        A header line (model, predicted latency, solver status, gap, solve time), the
-        :meth:`~autoplace.optimizer.OptimizeResult.summary` table, and the plan picture as an
+        A header line (model, predicted latency, solver status, gap, solve time), the predicted
+        latency's error band and kernels measured vs predicted, a note where the plan's choice rests on
+        overlapping bands, the :meth:`~autoplace.optimizer.OptimizeResult.summary` table, and the plan picture as an
         embedded PNG (left out when matplotlib is not installed).
     """
     plan = result.plan
     name = html.escape(_model_name(result))
     out = (f"<b>{name}</b>: predicted <b>{result.predicted_us:.1f} us</b> "
            f"({plan.status}, gap {plan.gap:.2%}, solved in {plan.solve_time_s:.3f} s)")
+    out += f"<br/>{html.escape(result.band_text())}"
+    for note in result.choice_notes():
+        out += f"<br/><i>{html.escape(note)}</i>"
     out += result.summary().to_html(float_format=lambda v: f"{v:.1f}")
     try:
         import matplotlib  # noqa: F401  (an optional extra)

@@ -200,3 +200,26 @@ def _lines(path):
         return 0
     with open(path, encoding="utf-8") as f:
         return sum(1 for _ in f)
+
+
+def test_result_says_how_sure_it_is(tmp_path):
+    """Summary, repr and HTML carry kernels measured vs predicted and the predicted latency's band; a
+    result saved and read back says the same."""
+    from autoplace.cost_model import CostTable, XGBCostModel
+    from autoplace.profile import default_profiles_root
+
+    table = CostTable.from_profiles([os.path.join(default_profiles_root(), "amd-epyc-2c")])
+    model = XGBCostModel(n_estimators=60, max_depth=4).fit(table.records)
+    model.calibrate(table.records)
+    costs = CostTable(table.records, model=model)
+    result = autoplace.optimize(_never_profiled_model(), None, TWO, costs=costs)  # nothing measured
+    band = result.band()
+    assert band["predicted"] >= 1 and band["band_known"]
+    assert band["band_lo_us"] < result.predicted_us < band["band_hi_us"]
+    assert f"{band['predicted']} of {band['kernels']} kernels predicted" in repr(result)
+    assert "80% band" in repr(result) and "80% band" in result._repr_html_()
+    assert result.summary().loc["cpu0", "compute_lo_us"] < result.summary().loc["cpu0", "compute_us"]
+    assert isinstance(result.choice_notes(), list)
+    paths = result.save(str(tmp_path), picture=False)
+    loaded = autoplace.OptimizeResult.load(paths["result"])
+    assert loaded.band_text() == result.band_text()

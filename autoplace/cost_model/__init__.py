@@ -28,7 +28,16 @@ from .cost_model import (
 )
 from .features import FEATURE_VERSION, feature_names, features_from_unit, op_class, record_features
 from .roofline_model import RooflineCostModel
-from .table import MEASURED, PREDICTED, PREDICTED_UNSEEN_OP, UNSUPPORTED, CostTable
+from .table import (
+    MEASURED,
+    PREDICTED,
+    PREDICTED_UNSEEN_OP,
+    UNSUPPORTED,
+    CostTable,
+    bands_overlap,
+    describe_band,
+    plan_band,
+)
 from .train import default_model_path, train
 from .xgb_model import XGBCostModel
 
@@ -45,12 +54,15 @@ __all__ = [
     "RooflineCostModel",
     "UnknownTargetError",
     "XGBCostModel",
+    "bands_overlap",
     "create",
     "default_model_path",
+    "describe_band",
     "feature_names",
     "features_from_unit",
     "load",
     "op_class",
+    "plan_band",
     "record_features",
     "train",
     "training_units",

@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..errors import AutoplaceError
+from ..errors import AutoplaceError, CostModelVersionError, UnknownTargetError
 from ..targets import kind_of_label
 from .features import as_records, unit_ops
 
@@ -49,14 +49,6 @@ BAND_MIN_RESIDUALS = 10
 #: Families that are training data only and never held out (calibration and evaluation): the random
 #: shape sweep (``experiments/op_sweep.py``), the stride grid (``grid-*``) and the op-family set (``ops-*``).
 NEVER_HELD_OUT = ("sweep", "grid", "ops")
-
-
-class CostModelVersionError(AutoplaceError):
-    """A saved cost model was written by another format or feature version (retrain it)."""
-
-
-class UnknownTargetError(AutoplaceError):
-    """A prediction was asked for a target kind the model has no profile of."""
 
 
 class CostModel:

@@ -45,8 +45,9 @@ class UnitGraph:
     Attributes
     ----------
     graph : networkx.DiGraph
-        Nodes ``kind="unit"`` (``ops``, ``latency_us`` and ``cost_source`` per target name,
-        ``weight_bytes``, ``output_bytes``), ``kind="input"`` and one ``"output"`` (both pinned to
+        Nodes ``kind="unit"`` (``ops``; per target name ``latency_us``, ``cost_source``
+        (measured / predicted), ``band_us`` (the cost model's error band, ``(low, high)``) and ``kernel``
+        (op class, kernel key); ``weight_bytes``, ``output_bytes``), ``kind="input"`` and one ``"output"`` (both pinned to
         the host); edges carry ``nbytes`` and the ``tensor`` they move.
     members : dict
         Unit node -> its op nodes, in program order.
@@ -138,15 +139,18 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
     priced = {}
     for kind, units in units_by_kind.items():
         frame = costs.latencies(units, kind, graph=graph)
-        for unit, lat, src in zip(units, frame["latency_us"], frame["source"]):
-            priced[(id(unit), kind)] = (float(lat), str(src))
+        lo = frame["band_lo_us"] if "band_lo_us" in frame else frame["latency_us"]
+        hi = frame["band_hi_us"] if "band_hi_us" in frame else frame["latency_us"]
+        op_class = frame["op_class"] if "op_class" in frame else [""] * len(frame)
+        for unit, lat, src, low, high, cls in zip(units, frame["latency_us"], frame["source"], lo, hi, op_class):
+            priced[(id(unit), kind)] = (float(lat), str(src), float(low), float(high), str(cls))
     view = nx.DiGraph()
     host = targets.host.name
     for n, d in graph.nodes(data=True):
         if d.get("kind") == "input":
             view.add_node(n, kind="input", pinned=host, output_bytes=d["output_bytes"])
     for name, nodes in members.items():
-        latency, source = {}, {}
+        latency, source, band, kernel = {}, {}, {}, {}
         for tname in targets:
             target = targets[tname]
             unit = by_nodes.get(target.kind, {}).get(frozenset(nodes))
@@ -154,16 +158,19 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
                 if len(nodes) == 1 and nodes[0] not in computed.get(target.kind, set()):
                     latency[tname], source[tname] = 0.0, "folded"  # no kernel at all
                 continue  # grouped differently on this target: treated as unsupported
-            lat, src = priced[(id(unit), target.kind)]
+            lat, src, low, high, cls = priced[(id(unit), target.kind)]
             if not math.isfinite(lat):
                 continue  # the profile saw this kernel fail on this target: unsupported there
-            latency[tname] = float(lat) + float(costs.launch_us(target.label))
+            launch = float(costs.launch_us(target.label))
+            latency[tname] = float(lat) + launch
             source[tname] = src
+            band[tname] = (low + launch, high + launch)  # the launch is measured: exact
+            kernel[tname] = (cls, unit.key)
         # Weights live where their kernels run (one resident copy per device, uploaded at load time),
         # so a unit carries the bytes of the weights it reads.
         weights = {p for n in nodes for p in graph.predecessors(n) if graph.nodes[p].get("kind") == "weight"}
         view.add_node(name, kind="unit", ops=[graph.nodes[n]["op"] for n in nodes], latency_us=latency,
-                      cost_source=source, weight_bytes=int(sum(graph.nodes[w]["weight_bytes"] for w in weights)),
+                      cost_source=source, band_us=band, kernel=kernel, weight_bytes=int(sum(graph.nodes[w]["weight_bytes"] for w in weights)),
                       output_bytes=graph.nodes[name].get("output_bytes", 0))
     view.add_node("output", kind="output", pinned=host)
     # Edges: every tensor a unit (or the output) reads that another node makes.

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..errors import ProfilingError
+from ..errors import CorruptRecordWarning, ForeignProfileWarning, ProfilingError
 from .hardware import hardware_metadata, measured_by
 
 try:
@@ -38,14 +38,6 @@ except ImportError:  # pragma: no cover - not POSIX: no locking (one job per fol
 RECORD_SCHEMA = 1
 #: Statuses of a kernel record that mean the target runs it (``"compiled"``: compile-only profiling).
 SUCCESS = ("ok", "compiled")
-
-
-class CorruptRecordWarning(UserWarning):
-    """A line of a records file was torn or altered and has been skipped."""
-
-
-class ForeignProfileWarning(UserWarning):
-    """Records measured on other hardware or another TVM version were found."""
 
 
 def _crc(record: dict) -> str:
