@@ -44,7 +44,8 @@ from .frontend import Model, load_model
 #: The decoder-only language models (causal masks; the family TVM 0.27's torch frontend broke).
 DECODERS = ("llama", "qwen2", "mistral", "gpt2", "opt")
 #: Every architecture of the suite, in the order reports list them.
-SUITE = DECODERS + ("roberta", "t5-encoder", "whisper-encoder", "vit", "swin", "convnext", "resnet", "mobilenetv2")
+SUITE = DECODERS + ("roberta", "t5-encoder", "whisper-encoder", "vit", "swin", "convnext", "resnet",
+                    "mobilenetv2")
 SIZES = ("small", "base")
 
 # Text geometry per size: hidden, layers, heads, key/value heads, feed-forward, vocabulary, sequence length.
@@ -183,10 +184,11 @@ def _t5_encoder(size):
     from transformers import T5Config, T5EncoderModel
 
     g = _TEXT[size]
-    config = T5Config(vocab_size=g["vocab"], d_model=g["hidden"], d_kv=g["hidden"] // g["heads"], d_ff=g["ffn"],
-                      num_layers=g["layers"], num_heads=g["heads"], relative_attention_num_buckets=8 if
-                      size == "small" else 32, relative_attention_max_distance=16 if size == "small" else 128,
-                      attn_implementation="eager")
+    small = size == "small"
+    config = T5Config(vocab_size=g["vocab"], d_model=g["hidden"], d_kv=g["hidden"] // g["heads"],
+                      d_ff=g["ffn"], num_layers=g["layers"], num_heads=g["heads"],
+                      relative_attention_num_buckets=8 if small else 32,
+                      relative_attention_max_distance=16 if small else 128, attn_implementation="eager")
     return _wrap(T5EncoderModel(config), "input_ids", "last_hidden_state"), _ids(size)
 
 
@@ -198,7 +200,8 @@ def _whisper_encoder(size):
     g = _TEXT[size]
     mels, positions = (16, 16) if size == "small" else (80, 250)  # frames = 2 * positions (stride-2 conv)
     config = WhisperConfig(vocab_size=g["vocab"], num_mel_bins=mels, max_source_positions=positions,
-                           d_model=g["hidden"], encoder_layers=g["layers"], encoder_attention_heads=g["heads"],
+                           d_model=g["hidden"], encoder_layers=g["layers"],
+                           encoder_attention_heads=g["heads"],
                            encoder_ffn_dim=g["ffn"], decoder_layers=1, decoder_attention_heads=g["heads"],
                            decoder_ffn_dim=g["ffn"], pad_token_id=0, bos_token_id=0, eos_token_id=0,
                            decoder_start_token_id=1, attn_implementation="eager")
@@ -211,7 +214,8 @@ def _vit(size):
 
     g = _TEXT[size]
     config = ViTConfig(image_size=32 if size == "small" else 64, patch_size=8, hidden_size=g["hidden"],
-                       num_hidden_layers=g["layers"], num_attention_heads=g["heads"], intermediate_size=g["ffn"],
+                       num_hidden_layers=g["layers"], num_attention_heads=g["heads"],
+                       intermediate_size=g["ffn"],
                        attn_implementation="eager")
     return _wrap(ViTModel(config, add_pooling_layer=False), "pixel_values", "last_hidden_state"), _image(size)
 
@@ -220,12 +224,14 @@ def _swin(size):
     from transformers import SwinConfig, SwinModel
 
     if size == "small":
-        geometry = dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
+        geometry = dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2],
+                        window_size=4)
     else:
         geometry = dict(image_size=64, patch_size=4, embed_dim=48, depths=[2, 2, 2], num_heads=[3, 6, 12],
                         window_size=4)
     config = SwinConfig(**geometry, attn_implementation="eager")
-    return _wrap(SwinModel(config, add_pooling_layer=False), "pixel_values", "last_hidden_state"), _image(size)
+    net = SwinModel(config, add_pooling_layer=False)
+    return _wrap(net, "pixel_values", "last_hidden_state"), _image(size)
 
 
 def _convnext(size):
@@ -327,7 +333,8 @@ def parse(spec: str) -> Model:
     """``"llama"``, ``"llama-base"``, ``"whisper-encoder-small"`` -> the model."""
     split = split_spec(spec)
     if split is None:
-        raise ModelError(f"no architecture {spec!r}; the suite has {list(SUITE)} (add -base for the larger size)")
+        raise ModelError(
+            f"no architecture {spec!r}; the suite has {list(SUITE)} (add -base for the larger size)")
     return get(*split)
 
 
@@ -355,13 +362,14 @@ ONNX_PATHS = {
     "t5-encoder": {"dynamo": None, "torchscript": None},
     "whisper-encoder": {"dynamo": None, "torchscript": None},
     "vit": {"dynamo": None, "torchscript": None},
-    "swin": {"dynamo": None, "torchscript": "TVM's ONNX importer cannot infer a Reshape whose shape the tracer "
-                                            "computes from Shape ops (\"Reshape expects the input tensor to have "
-                                            "known shape\")"},
+    "swin": {"dynamo": None,
+             "torchscript": "TVM's ONNX importer cannot infer a Reshape whose shape the tracer computes from "
+                            "Shape ops (\"Reshape expects the input tensor to have known shape\")"},
     "convnext": {"dynamo": None, "torchscript": None},
     "resnet": {"dynamo": None, "torchscript": None},
-    "mobilenetv2": {"dynamo": None, "torchscript": "TVM's ONNX importer: \"Dynamic pads are not supported yet\" "
-                                                   "(the tracer computes MobileNetV2's TF-style padding at run time)"},
+    "mobilenetv2": {"dynamo": None,
+                    "torchscript": "TVM's ONNX importer: \"Dynamic pads are not supported yet\" (the tracer "
+                                   "computes MobileNetV2's TF-style padding at run time)"},
 }
 assert set(ONNX_PATHS) == set(SUITE)
 
@@ -397,7 +405,7 @@ def onnx_model(name: str, size: str = "small", exporter: str = "dynamo"):
                                         output_names=["output"], verbose=False)
             return program.model_proto
         buffer = io.BytesIO()
-        # On failure the tracer prints the whole TorchScript graph (from C++) before raising: not to the terminal.
+        # On failure the tracer prints the whole TorchScript graph (from C++) before raising: keep it quiet.
         with _quiet_file_descriptors():
             torch.onnx.export(net, inputs, buffer, dynamo=False, opset_version=17, input_names=input_names,
                               output_names=["output"])

@@ -148,6 +148,11 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
     from . import repairs
 
     if isinstance(model, (str, os.PathLike)):
+        if shapes:
+            raise ModelError(
+                "shapes= binds the symbolic dimensions of a model object, not of a file: read the file first "
+                "(onnx.load(path), or the IRModule of the .py file) and pass that with shapes="
+            )
         loaded = _load_path(str(model), params, name)
         repaired, applied = repairs.apply(loaded.mod)
         return normalize(repaired, loaded.params, name=loaded.name) if applied else loaded

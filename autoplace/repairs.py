@@ -75,7 +75,8 @@ def _cumsum_bool(call: relax.Call, _context):
     dtype = str(attrs.dtype) if attrs.dtype is not None and str(attrs.dtype) not in ("", "void") else "int64"
     if dtype == "bool":
         dtype = "int64"
-    return relax.op.cumsum(relax.op.astype(data, dtype), axis=attrs.axis, dtype=dtype, exclusive=attrs.exclusive)
+    return relax.op.cumsum(relax.op.astype(data, dtype), axis=attrs.axis, dtype=dtype,
+                           exclusive=attrs.exclusive)
 
 
 _RESHAPE_LIKE = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
@@ -161,7 +162,7 @@ class _Rewriter(PyExprMutator):
 
 
 def apply(mod: tvm.IRModule, repairs=None) -> tuple[tvm.IRModule, dict]:
-    """Apply ``repairs`` (default: :data:`REPAIRS`, looked up at each call) to every Relax function of ``mod``.
+    """Apply ``repairs`` (default: :data:`REPAIRS`, looked up at each call) to every Relax function.
 
     Returns
     -------
@@ -208,7 +209,8 @@ def _kernel_callers(mod: tvm.IRModule) -> dict:
             value = getattr(binding, "value", None)
             if isinstance(value, relax.Call) and value.op.same_as(call_tir):
                 args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else []
-                dtypes = [str(a.ty.dtype) for a in args if isinstance(getattr(a, "ty", None), relax.TensorType)]
+                dtypes = [str(a.ty.dtype) for a in args
+                          if isinstance(getattr(a, "ty", None), relax.TensorType)]
                 callers.setdefault(value.args[0].name_hint, []).append((binding.var.name, dtypes))
     return callers
 
@@ -218,7 +220,8 @@ def _failing_kernels(mod: tvm.IRModule, target) -> tuple[list, str | None]:
     ``stage`` names the step that failed before any kernel could be tried (legalization), else None."""
     try:
         with target:  # the first lowering steps of tvm.compile's default pipeline (and of autoplace's build)
-            lowered = tvm.transform.Sequential([relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(),
+            lowered = tvm.transform.Sequential([relax.backend.DispatchSampling(),
+                                                relax.backend.DispatchSortScan(),
                                                 relax.transform.LegalizeOps()])(mod)
     except Exception as err:  # an op without a legalization: the message names it
         return [], f"legalizing its Relax ops failed: {_first_line(err)}"
@@ -245,9 +248,10 @@ def explain(mod: tvm.IRModule, err: BaseException, target="llvm") -> ModelError:
     elif failing:
         parts = []
         for kernel, calls, message in failing[:3]:
-            bindings = ", ".join(f"{name} ({'/'.join(dtypes) or 'no tensor'} inputs)" for name, dtypes in calls[:3])
-            parts.append(f"kernel {kernel!r} (op {_op_of(kernel)}; called by {bindings or 'no binding of main'})"
-                         f" fails: {message}")
+            bindings = ", ".join(f"{name} ({'/'.join(dtypes) or 'no tensor'} inputs)"
+                                 for name, dtypes in calls[:3])
+            parts.append(f"kernel {kernel!r} (op {_op_of(kernel)}; called by "
+                         f"{bindings or 'no binding of main'}) fails: {message}")
         more = f" and {len(failing) - 3} more kernels" if len(failing) > 3 else ""
         detail = "; ".join(parts) + more
     else:
@@ -356,7 +360,7 @@ def input_symbolic_vars(mod: tvm.IRModule) -> list:
 
 
 def symbolic_vars(mod: tvm.IRModule) -> list:
-    """Every symbolic dimension of ``main``: its parameters' first, then those defined inside (``match_cast``)."""
+    """Every symbolic dimension of ``main``: its parameters' first, then those defined inside it."""
     main = mod["main"]
     return _unique(input_symbolic_vars(mod) + list(relax.analysis.defined_symbolic_vars(main))
                    + list(relax.analysis.free_symbolic_vars(main)))
@@ -389,12 +393,13 @@ def bind_shapes(mod: tvm.IRModule, shapes=None, dim_names=None) -> tvm.IRModule:
         names = sorted({v.name for v in left})
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         where = _runtime_shape_bindings(mod)
-        at = f" (bound by match_cast at {', '.join(where[:4])}{' ...' if len(where) > 4 else ''})" if where else ""
+        more = " ..." if len(where) > 4 else ""
+        at = f" (bound by match_cast at {', '.join(where[:4])}{more})" if where else ""
         raise ModelError(
             f"TVM's importer left {len(left)} shape variable(s) inside main that are only known at run time: "
-            f"{shown}{at}. autoplace places models with static shapes, and binding the inputs' sizes does not fix "
-            f"these. For ONNX, an initializer used as a shape (Expand, Reshape) that the importer kept as a "
-            f"parameter does this: see {REPAIR_LIST}"
+            f"{shown}{at}. autoplace places models with static shapes, and binding the inputs' sizes does "
+            f"not fix these. For ONNX, an initializer used as a shape (Expand, Reshape) that the importer "
+            f"kept as a parameter does this: see {REPAIR_LIST}"
         )
     return mod
 
@@ -435,9 +440,10 @@ def _bind_inputs(mod, variables, shapes, dim_names) -> tvm.IRModule:
     missing = [v for v in variables if not any(v.same_as(b) for b in binding)]
     if missing:
         raise ModelError(
-            f"the model has symbolic dimensions {listing()}, and autoplace places models with static shapes "
-            f"(costs depend on them). Bind them to the sizes to place for: autoplace.optimize(model, ..., "
-            f"shapes={example()}) (also autoplace.place and autoplace.load_model), or export with fixed shapes"
+            f"the model has a dynamic shape, symbolic dimensions {listing()}, and autoplace places models "
+            f"with static shapes (costs depend on them). Bind them to the sizes to place for: "
+            f"autoplace.optimize(model, ..., shapes={example()}) (also autoplace.place and "
+            f"autoplace.load_model), or export with fixed shapes"
         )
     try:
         bound_mod = relax.transform.BindSymbolicVars(binding)(mod)
@@ -453,7 +459,8 @@ def _bind_inputs(mod, variables, shapes, dim_names) -> tvm.IRModule:
 
 def _is_prim_expression(expr) -> bool:
     """A TIR expression other than a literal (``T.Add(1, 12)``, left in op arguments by BindSymbolicVars)."""
-    return type(expr).__module__ == "tvm.ir.prim.expr" and not isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
+    literal = isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
+    return type(expr).__module__ == "tvm.ir.prim.expr" and not literal
 
 
 @mutator
