@@ -1,7 +1,9 @@
 """All-on-one-device speed: autoplace's per-device fusing build vs the plain single-device tvm.compile.
 
-For each zoo model, the same module is built twice: ``tvm.compile(mod, target="llvm")`` (what a
-user writes for one device) and autoplace's build of the placement "everything on the CPU".
+For each zoo model, the same module is built twice: ``single_device_build(mod)`` (what a user writes
+for one device, ``tvm.compile(mod, target)`` with TVM's default CPU pipeline, plus the same CPU schedules
+and ``mcpu`` autoplace uses, so that the comparison is between builds, not between schedules) and
+autoplace's build of the placement "everything on the CPU".
 Both are timed in this process, interleaved round by round (``VirtualMachine.time_evaluator``),
 and the ratio of medians is printed (goal: <= 1.05). Results go to experiments/results/.
 
@@ -62,7 +64,8 @@ def measure(name: str, size: str, rounds: int, repeat: int) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="base", choices=["small", "base"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5)

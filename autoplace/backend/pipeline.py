@@ -6,6 +6,12 @@ module loses the ``target`` attribute ``LegalizeOps`` puts on each kernel, so a 
 can be compiled (and scheduled) for the GPU. :func:`lower` fuses and then gives every fused kernel
 back the target of the vdevice its ``call_tir`` writes to. ``FuseOps`` never fuses across a
 ``to_vdevice`` (it is not a TIR call), so every fused kernel reads and writes one device only.
+
+Kernels are scheduled per target in :func:`lower`: CUDA kernels with TVM's dlight GPU rules, ``llvm``
+kernels with autoplace's dlight-style CPU rules (:mod:`.cpu_schedules`), compiled for this machine's CPU
+(``mcpu``) when their target names none. The profiler times the kernels :func:`lower` returns, so the
+profiled kernel is the shipped kernel, provided it is compiled for the target in its ``target``
+attribute (which carries that ``mcpu``); :func:`single_device_build` applies the same CPU schedules.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import tvm
 from tvm import relax
 
 from .._relax import rebuild
+from .cpu_schedules import cpu_legalize_map, cpu_target, schedule_cpu_kernels
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -192,8 +199,20 @@ def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
-def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None) -> tvm.IRModule:
-    """Relax-level lowering of an annotated module: legalize, fuse per device, schedule GPU kernels.
+def _cpu_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give every ``llvm`` kernel whose target names no ``mcpu`` this machine's CPU (:func:`cpu_target`)."""
+    updates = {}
+    for gvar, func in mod.functions_items():
+        target = func.attrs.get("target") if isinstance(func, tvm.tirx.PrimFunc) and func.attrs else None
+        if target is not None and target.kind.name == "llvm" and not target.attrs.get("mcpu"):
+            updates[gvar] = func.with_attr("target", cpu_target(target))
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: bool = True) -> tvm.IRModule:
+    """Relax-level lowering of an annotated module: legalize, fuse per device, schedule every kernel.
 
     The returned module holds the fused kernels exactly as :func:`build` compiles them; the profiler
     measures these same kernels.
@@ -203,11 +222,15 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None) -> tvm.IRModul
     on_fused : callable, optional
         Called with the module right after ``FuseOps`` (whose ``main`` binding variables are the
         ones of the lowered ``main``): the profiler reads which ops each kernel computes from it.
+    schedule_cpu : bool
+        Schedule ``llvm`` kernels (default). ``False`` keeps TVM's unscheduled CPU kernels (and their
+        targets as given): the "before" of ``experiments/vs_pytorch.py``.
     """
     types = _vdevice_types(mod["main"])  # before RealizeVDevice, which drops some (arange's)
     mod = relax.transform.RealizeVDevice()(mod)
+    legalize = relax.transform.LegalizeOps(cpu_legalize_map() if schedule_cpu else None)
     mod = tvm.transform.Sequential(
-        [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), relax.transform.LegalizeOps()]
+        [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), legalize]
     )(mod)
     vdevices = mod.global_infos.get("vdevice") if mod.global_infos else None
     mod["main"] = restore_vdevices(mod["main"], types, vdevices[0] if vdevices else None)
@@ -223,6 +246,8 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None) -> tvm.IRModul
         on_fused(mod)
     mod = retarget_kernels(mod)
     mod = relax.transform.DeadCodeElimination()(mod)
+    if schedule_cpu:
+        mod = schedule_cpu_kernels(_cpu_kernel_targets(mod))
     return _schedule_gpu_kernels(mod)
 
 
@@ -303,7 +328,7 @@ def vm_pipeline() -> tvm.transform.Pass:
     )
 
 
-def build(mod: tvm.IRModule, *, fuse: bool = True):
+def build(mod: tvm.IRModule, *, fuse: bool = True, schedule_cpu: bool = True):
     """Compile an annotated module into a Relax VM executable.
 
     Parameters
@@ -312,8 +337,10 @@ def build(mod: tvm.IRModule, *, fuse: bool = True):
         A module whose ``vdevice`` global info lists the targets (as :func:`autoplace.emit.annotate` writes).
     fuse : bool
         Fuse ops within each device (default). ``False`` compiles one kernel per op.
+    schedule_cpu : bool
+        Schedule the CPU kernels (default); ``False`` builds TVM's unscheduled CPU kernels.
     """
-    return tvm.compile(lower(mod, fuse=fuse), relax_pipeline=vm_pipeline())
+    return tvm.compile(lower(mod, fuse=fuse, schedule_cpu=schedule_cpu), relax_pipeline=vm_pipeline())
 
 
 def stock_build(mod: tvm.IRModule):
@@ -328,12 +355,47 @@ def stock_build(mod: tvm.IRModule):
     return tvm.compile(mod)
 
 
-def single_device_build(mod: tvm.IRModule, target="llvm"):
+def _cpu_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """TVM's default CPU pipeline (``cpu_generic``) with autoplace's vectorisable math legalizations and
+    its CPU schedules applied right after fusion."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    @tvm.transform.module_pass(opt_level=0, name="AutoplaceScheduleCPUKernels")
+    def _schedule(mod, _ctx):
+        return schedule_cpu_kernels(mod, default_target=target)
+
+    @tvm.transform.module_pass(opt_level=0, name="AutoplaceCPUPipeline")
+    def _pipeline(mod, _ctx):
+        legalize = [
+            relax.transform.LegalizeOps(cpu_legalize_map(default_kind="llvm")),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            _schedule,
+        ]
+        with target:
+            seq = tvm.transform.Sequential(
+                cpu.library_dispatch_passes(target) + legalize + cpu.dataflow_lower_passes(target)
+                + cpu.finalize_passes(target)
+            )
+            return seq(mod)
+
+    return _pipeline
+
+
+def single_device_build(mod: tvm.IRModule, target="llvm", *, schedule_cpu: bool = True):
     """The plain single-device build a user would write: ``tvm.compile(mod, target)``.
 
     The reference for correctness (placed builds must match it) and for speed (an all-on-one-device
-    placement built by :func:`build` must be as fast).
+    placement built by :func:`build` must be as fast). For an ``llvm`` target it applies the same CPU
+    schedules as :func:`build` and compiles for this machine's CPU when the target names no ``mcpu``
+    (TVM's default CPU pipeline plus the schedule pass); ``schedule_cpu=False`` is plain
+    ``tvm.compile(mod, target)``.
     """
     if isinstance(target, (str, dict)):
         target = tvm.target.Target(target)
-    return tvm.compile(mod, target=target)
+    if not schedule_cpu or target.kind.name != "llvm":
+        return tvm.compile(mod, target=target)
+    target = cpu_target(target)
+    return tvm.compile(mod, target=target, relax_pipeline=_cpu_pipeline(target))

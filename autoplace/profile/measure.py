@@ -103,6 +103,11 @@ def compile_kernel(func_script: str, target_json: str):
     target = tvm.target.Target(json.loads(target_json))
     func = func.with_attr("global_symbol", "main")
     if "target" in func.attrs:
+        # The kernel's own target is what the build ships (autoplace.backend.lower fills in this CPU's
+        # mcpu for llvm, e.g. znver5: AVX-512/FMA; plain "llvm" would mean SSE2): time exactly that.
+        own = func.attrs["target"]
+        if own.kind.name == target.kind.name:
+            target = own
         func = func.without_attr("target")
     return tvm.tirx.build(tvm.IRModule({"main": func}), target=target)
 

@@ -1,0 +1,797 @@
+"""CPU schedules for the kernels autoplace builds: ``tvm.s_tir.dlight`` schedule rules for ``llvm`` targets.
+
+TVM's default llvm pipeline schedules nothing (a (128, 768) @ (768, 3072) matmul took 1.36 s on two
+cores), and ``dlight.cpu`` has only ``GEMV`` and ``Reduction``. These rules fill the gap the way dlight's
+GPU rules do for CUDA: each looks at one PrimFunc, returns a :class:`tvm.s_tir.Schedule` when it applies
+and ``None`` when it does not, and :func:`schedule_cpu_kernels` applies them in order to every kernel whose
+``target`` is ``llvm`` (:func:`autoplace.backend.lower` calls it, so the profiled kernel is the shipped
+kernel). A rule that raises, or whose schedule does not go through TVM's block lowering
+(:func:`lowers`), is skipped for the next one, finally for the unscheduled kernel (rule ``"none"``): a
+schedule never makes a build fail.
+
+``Contraction``
+    one reduction block that accumulates along the output's innermost axis: matmul, batched matmul,
+    conv1d/conv2d (1x1, strided, grouped, depthwise), pooling, column reductions. Register tile of
+    ``ut`` rows (an output axis the vector operand does not depend on: matmul rows, conv output
+    channels) by ``nv`` vectors of the output's innermost axis, accumulated in a local buffer
+    (registers once unrolled) over the whole reduction, tiles in one parallel loop, the elementwise
+    epilogue (bias, ReLU, GELU, residual add...) applied to the tile as it is stored. A matrix operand
+    with rows 1 KiB or more apart is first copied panel by panel (packed) into contiguous memory.
+``dlight.cpu.GEMV``
+    TVM's own rule for matrix-vector products that read the matrix along the reduction.
+``RowReduction``
+    softmax, layer / RMS norm, mean and other reductions: each block's rows in parallel, the row
+    itself left to LLVM's vectoriser (faster than ``dlight.cpu.Reduction`` here, see the class).
+``Injective``
+    elementwise, broadcast, reshape, concatenate...: producers inlined, each remaining block's outer
+    loops fused and run in parallel, its innermost loop vectorised; transposes in tiles staged
+    through a local buffer.
+
+Tile sizes come from the target's vector width and the loop extents (factors that divide them, so
+few tiles need a predicate). :func:`cpu_target` gives an ``llvm`` target without ``mcpu`` this
+machine's CPU: without it LLVM emits SSE2 only (no AVX, no FMA). :func:`cpu_legalize_map` legalizes
+exp, softmax, sigmoid, SiLU, erf, GELU and tanh as polynomials that stay in vector registers (LLVM
+calls ``expf`` / ``erff`` once per lane otherwise).
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, te, tirx, topi
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
+from tvm.target import Target
+
+#: The PrimFunc attribute that records which rule scheduled a kernel ("none": left unscheduled).
+RULE_ATTR = "autoplace.cpu_schedule"
+#: Accumulator registers a register tile may use (AVX-512 and AVX2 have 32 and 16 vector registers).
+_ACCUMULATORS = {512: 24, 256: 12, 128: 12}
+#: Elements below which a block runs on one thread (a parallel region costs a few microseconds).
+_PARALLEL_MIN = 4096
+
+
+# ----------------------------------------------------------------------------------------------------
+# Targets
+# ----------------------------------------------------------------------------------------------------
+
+def host_cpu() -> str:
+    """The LLVM name of this machine's CPU (``"znver5"``, ``"skylake-avx512"``...)."""
+    return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def cpu_target(target):
+    """``target`` with this machine's CPU as ``mcpu`` when it is an ``llvm`` target that names none.
+
+    ``Target("llvm")`` compiles for generic x86-64 (SSE2, no FMA): scheduled kernels then run 4 lanes
+    wide without fused multiply-adds. A target that names its ``mcpu`` (cross-compiling) is kept.
+    """
+    if target is None:
+        return None
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind.name != "llvm" or target.attrs.get("mcpu"):
+        return target
+    config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
+    config["mcpu"] = host_cpu()
+    if target.host is not None:
+        return Target(config, host=target.host)
+    return Target(config)
+
+
+def vector_bits(target: Target) -> int:
+    """SIMD register width the target compiles for (128 for generic x86-64: SSE)."""
+    if target.kind.name != "llvm":
+        return 128
+    if not target.attrs.get("mcpu"):
+        return 128
+    try:
+        bits = int(tvm.target.codegen.llvm_get_vector_width(target))
+    except Exception:  # an LLVM that does not know the CPU
+        return 128
+    return bits if bits > 0 else 128
+
+
+# ----------------------------------------------------------------------------------------------------
+# Vectorisable math for the CPU
+# ----------------------------------------------------------------------------------------------------
+# LLVM has no vector exp or erf: ``llvm.exp.v16f32`` becomes 16 calls of ``expf`` and TVM lowers erf to
+# ``erff``, one call per lane. The legalizations below compute them with polynomials the vectoriser
+# keeps in SIMD registers: exp as Cephes' expf (range reduction by ln 2 in two parts, degree-6
+# polynomial, exact 2^n by exponent bits; about 1 ulp), erf and tanh as TVM's ``fast_erf`` /
+# ``fast_tanh`` (relative error below 5e-7 measured). Only float32 calls on an llvm device use them.
+
+_LOG2E = 1.44269504088896341
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+             5.0000001201e-1)
+_EXP_MAX, _EXP_MIN = 88.72283905206835, -87.33654475055310  # exp overflows / leaves the normal range
+
+
+def exp_f32(x):
+    """``exp(x)`` for a float32 TIR expression, as a polynomial the vectoriser keeps in registers.
+
+    Intermediate values are bound with ``Let`` so that the expression stays a straight line (a plain
+    expression tree would repeat ``x`` and the range reduction dozens of times).
+    """
+    f32, i32 = "float32", "int32"
+
+    def c(v):
+        return tirx.const(v, f32)
+
+    xv, nv, rv = tirx.Var("exp_x", f32), tirx.Var("exp_n", f32), tirx.Var("exp_r", f32)
+    p = c(_EXP_POLY[0])
+    for coef in _EXP_POLY[1:]:
+        p = p * rv + c(coef)
+    y = p * rv * rv + rv + c(1.0)
+    # y * 2^n with n in [-126, 128], as 2^a * 2^b (a + b = n, both normal) from their exponent bits.
+    ni = nv.astype(i32)
+    half = tirx.shift_right(ni, tirx.const(1, i32))
+
+    def pow2(e):
+        return tirx.reinterpret(f32, tirx.shift_left(e + tirx.const(127, i32), tirx.const(23, i32)))
+
+    y = y * pow2(half) * pow2(ni - half)
+    y = tirx.Select(xv > c(_EXP_MAX), c(float("inf")), y)
+    y = tirx.Select(xv < c(_EXP_MIN), c(0.0), y)
+    y = tirx.Select(tirx.isnan(xv), xv, y)
+    # r = x - n ln2 (in two parts, exact), n = round(x / ln2), x clamped to where 2^n is a normal number.
+    xc = tirx.max(tirx.min(xv, c(_EXP_MAX)), c(_EXP_MIN))
+    body = tirx.Let(rv, xc - nv * c(_LN2_HI) - nv * c(_LN2_LO), y)
+    body = tirx.Let(nv, tirx.floor(xc * c(_LOG2E) + c(0.5)), body)
+    return tirx.Let(xv, x, body)
+
+
+def _te_exp(x):
+    return te.compute(x.shape, lambda *i: exp_f32(x(*i)), name="compute")
+
+
+def _te_sigmoid(x):
+    one = tirx.const(1.0, "float32")
+    return te.compute(x.shape, lambda *i: one / (one + exp_f32(-x(*i))), name="compute")
+
+
+def _te_silu(x):
+    one = tirx.const(1.0, "float32")
+    return te.compute(x.shape, lambda *i: x(*i) * (one / (one + exp_f32(-x(*i)))), name="T_multiply")
+
+
+def _te_gelu(x):
+    half = tirx.const(0.5, "float32")
+    erf = topi.fast_erf(topi.multiply(x, tirx.const(0.5**0.5, "float32")))
+    return topi.multiply(x, topi.add(half, topi.multiply(erf, half)))
+
+
+def _te_gelu_tanh(x):
+    f32 = "float32"
+    inner = topi.multiply(tirx.const((2 / 3.141592653589793) ** 0.5, f32),
+                          topi.add(x, topi.multiply(tirx.const(0.044715, f32), topi.power(x, 3))))
+    half_x = topi.multiply(tirx.const(0.5, f32), x)
+    return topi.multiply(half_x, topi.add(tirx.const(1.0, f32), topi.fast_tanh(inner)))
+
+
+def _te_softmax(x, axis):
+    """``topi.nn.softmax`` with :func:`exp_f32` (same four blocks: max, exp, sum, normalise)."""
+    shape = x.shape
+    axis = axis + len(shape) if axis < 0 else axis
+    k1 = te.reduce_axis((0, shape[axis]), name="k")
+    k2 = te.reduce_axis((0, shape[axis]), name="k")
+    reduced = tuple(d for i, d in enumerate(shape) if i != axis)
+
+    def full(idx, k):
+        return idx[:axis] + (k,) + idx[axis:]
+
+    def rest(idx):
+        return tuple(v for i, v in enumerate(idx) if i != axis)
+
+    maxelem = te.compute(reduced, lambda *i: te.max(x[full(i, k1)], axis=k1), name="T_softmax_maxelem")
+    exp = te.compute(shape, lambda *i: exp_f32(x[i] - maxelem[rest(i)]), name="T_softmax_exp")
+    expsum = te.compute(reduced, lambda *i: te.sum(exp[full(i, k2)], axis=k2), name="T_softmax_expsum")
+    return te.compute(shape, lambda *i: exp[i] / expsum[rest(i)], name="T_softmax_norm", attrs={"axis": axis})
+
+
+def _call_kind(call) -> str | None:
+    ty = call.ty
+    vdevice = getattr(ty, "vdevice", None)
+    if vdevice is None and call.args:
+        vdevice = getattr(call.args[0].ty, "vdevice", None)
+    return None if vdevice is None else str(vdevice.target.kind.name)
+
+
+def cpu_legalize_map(default_kind: str | None = None) -> dict:
+    """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math.
+
+    A call is legalized this way when its device is an llvm one (or it has none and ``default_kind``
+    is ``"llvm"``, a single-device CPU build) and it computes float32; otherwise TVM's own
+    legalization is used.
+    """
+
+    def override(op_name, make, hint):
+        default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+        def legalize(bb, call):
+            kind = _call_kind(call) or default_kind
+            arg = call.args[0]
+            if kind != "llvm" or str(getattr(arg.ty, "dtype", "")) != "float32":
+                return default(bb, call)
+            return bb.call_te(make(call), arg, primfunc_name_hint=hint)
+
+        return legalize
+
+    return {
+        "relax.exp": override("relax.exp", lambda call: _te_exp, "exp"),
+        "relax.sigmoid": override("relax.sigmoid", lambda call: _te_sigmoid, "sigmoid"),
+        "relax.nn.silu": override("relax.nn.silu", lambda call: _te_silu, "silu"),
+        "relax.erf": override("relax.erf", lambda call: topi.fast_erf, "erf"),
+        "relax.tanh": override("relax.tanh", lambda call: topi.fast_tanh, "tanh"),
+        "relax.nn.gelu": override("relax.nn.gelu", lambda call: _te_gelu, "gelu"),
+        "relax.nn.gelu_tanh": override("relax.nn.gelu_tanh", lambda call: _te_gelu_tanh, "gelu_tanh"),
+        "relax.nn.softmax": override(
+            "relax.nn.softmax", lambda call: (lambda x: _te_softmax(x, int(call.attrs.axis))), "softmax"
+        ),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# IR helpers
+# ----------------------------------------------------------------------------------------------------
+
+def _root(sch: s_tir.Schedule):
+    return sch.get_sblock(sch.mod["main"].body.block.name_hint)
+
+
+def _vars_in(expr) -> set:
+    found = set()
+    tvm_ffi.structural_walk(expr, (tirx.Var, found.add), order="post")
+    return found
+
+
+def _has_if_then_else(stmt) -> bool:
+    found = []
+
+    def visit(node):
+        if isinstance(node.op, tvm.ir.Op) and node.op.name.endswith("if_then_else"):
+            found.append(node)
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, visit), order="post")
+    return bool(found)
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else None
+
+
+def _trivially_bound(sch: s_tir.Schedule, block) -> bool:
+    """One loop per block iterator, same extents, in order (what legalized kernels have)."""
+    loops = sch.get_loops(block)
+    iters = sch.get(block).iter_vars
+    if len(loops) != len(iters):
+        return False
+    for loop, iv in zip(loops, iters):
+        ext = _extent(sch, loop)
+        dom = iv.dom.extent
+        if ext is None or not isinstance(dom, tirx.IntImm) or ext != int(dom.value):
+            return False
+    return True
+
+
+def _is_spatial(block_stmt) -> bool:
+    return all(iv.iter_type == tirx.IterVar.DataPar for iv in block_stmt.iter_vars)
+
+
+def _is_reduction(block_stmt) -> bool:
+    kinds = {iv.iter_type for iv in block_stmt.iter_vars}
+    return tirx.IterVar.CommReduce in kinds and kinds <= {tirx.IterVar.DataPar, tirx.IterVar.CommReduce}
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _lanes(extent: int, max_lanes: int) -> int:
+    """Vector lanes for a loop: the widest power-of-two width (>= 4) that divides it; else the whole
+    loop when it is at most four registers long (LLVM splits an odd-width vector into registers); else
+    the widest divisor up to a register (10 for 250); else the full width with a predicated tail,
+    which TVM does not vectorise (its loop stays scalar)."""
+    lanes = max_lanes
+    while lanes >= 4:
+        if extent % lanes == 0:
+            return lanes
+        lanes //= 2
+    if extent <= 4 * max_lanes:
+        return extent
+    widest = max(d for d in range(1, max_lanes + 1) if extent % d == 0)
+    return widest if widest >= 4 else max_lanes
+
+
+def _vectorize_inner(sch: s_tir.Schedule, loop, lanes: int) -> None:
+    """Vectorise ``loop`` (splitting it to ``lanes`` first when longer); length-1 loops are left alone."""
+    ext = _extent(sch, loop)
+    if ext is None or ext < 2:
+        return
+    width = _lanes(ext, lanes)
+    if width < 2:
+        return
+    if ext > width:
+        loop = sch.split(loop, factors=[None, width])[-1]
+    sch.vectorize(loop)
+
+
+def _parallel_outer(sch: s_tir.Schedule, loops: list, work: int) -> None:
+    """Fuse ``loops`` and make the fused loop parallel when the block has enough work for two threads."""
+    if not loops:
+        return
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+        sch.parallel(fused)
+
+
+def _transpose_axes(sch: s_tir.Schedule, block):
+    """``(o, w, read index)`` when the block writes along loop ``o`` but reads some input along loop ``w``
+    (a transpose: ``out[..., i, j] = in[..., j, i]``), else None. Both must be plain iterators."""
+    stmt = sch.get(block)
+    if len(stmt.writes) != 1 or not _trivially_bound(sch, block):
+        return None
+    iters = [iv.var for iv in stmt.iter_vars]
+    if not len(stmt.writes[0].region):
+        return None
+    out_last = stmt.writes[0].region[-1].min
+    if not isinstance(out_last, tirx.Var):
+        return None
+    for index, rd in enumerate(stmt.reads):
+        if not len(rd.region):
+            continue
+        last = rd.region[-1].min
+        if not isinstance(last, tirx.Var) or last.same_as(out_last):
+            continue
+        if any(x.same_as(out_last) for rng in rd.region[:-1] for x in _vars_in(rng.min)):
+            loops = sch.get_loops(block)
+            o = next((lp for lp, v in zip(loops, iters) if v.same_as(out_last)), None)
+            w = next((lp for lp, v in zip(loops, iters) if v.same_as(last)), None)
+            if o is not None and w is not None:
+                return o, w, index
+    return None
+
+
+def _schedule_transpose_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """Tile a transpose: ``rows`` input columns by ``vec`` output columns. The input tile is first
+    copied to a local buffer with contiguous vector loads (``vec`` rows of ``rows`` elements), then
+    written out a vector of ``vec`` output elements at a time, so every cache line read and written is
+    used whole while it is in L1."""
+    axes = _transpose_axes(sch, block)
+    if axes is None:
+        return False
+    o, w, read_index = axes
+    e_o, e_w = _extent(sch, o), _extent(sch, w)
+    vec = next((v for v in (8, 4, 2) if e_o % v == 0), 1)
+    rows = next((r for r in (16, 8, 4, 2) if e_w % r == 0), 1)
+    if vec < 2 or rows < 2:
+        return False
+    loops = sch.get_loops(block)
+    work = 1
+    for loop in loops:
+        work *= _extent(sch, loop) or 1
+    others = [lp for lp in loops if not any(sch.get(lp).same_as(sch.get(x)) for x in (o, w))]
+    w_o, w_i = sch.split(w, factors=[None, rows])
+    o_o, o_i = sch.split(o, factors=[None, vec])
+    sch.reorder(*others, w_o, o_o, o_i, w_i)
+    outer = others + [w_o, o_o]
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+        sch.parallel(fused)
+    staged = sch.cache_read(block, read_index, "local")
+    sch.compute_at(staged, fused, preserve_unit_loops=True)
+    stage_loops = sch.get_loops(staged)[1:]
+    if len(stage_loops) >= 2:
+        sch.vectorize(stage_loops[-1])
+        sch.unroll(stage_loops[-2])
+    o_i, w_i = sch.get_loops(block)[-2:]
+    sch.reorder(w_i, o_i)
+    sch.vectorize(o_i)
+    sch.unroll(w_i)
+    return True
+
+
+def _schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    extents = [_extent(sch, loop) for loop in loops]
+    if any(e is None for e in extents):
+        return
+    if _schedule_transpose_block(sch, block, lanes):
+        return
+    work = 1
+    for e in extents:
+        work *= e
+    # Drop trailing unit loops from the vector choice.
+    inner_index = len(loops) - 1
+    while inner_index > 0 and extents[inner_index] == 1:
+        inner_index -= 1
+    inner = loops[inner_index]
+    ext = extents[inner_index]
+    width = _lanes(ext, lanes)
+    outer = list(loops[:inner_index])
+    if width >= 2 and ext >= 2:
+        if ext > width:
+            io, ii = sch.split(inner, factors=[None, width])
+            outer.append(io)
+            inner = ii
+        sch.vectorize(inner)
+    else:
+        outer.append(inner)
+    _parallel_outer(sch, outer, work)
+
+
+def _attempt(primitive, *args, **kwargs) -> bool:
+    """Apply a schedule primitive; False (and the schedule unchanged) when its preconditions fail."""
+    try:
+        primitive(*args, **kwargs)
+    except Exception:  # TVM raises ScheduleError (and others) when a primitive does not apply
+        return False
+    return True
+
+
+def _try_inline_all(sch: s_tir.Schedule, blocks: list) -> list:
+    """Inline every block that can be (producers into consumers, then consumers into producers)."""
+    remaining = list(blocks)
+    progress = True
+    while progress:
+        progress = False
+        for block in list(remaining):
+            if _attempt(sch.compute_inline, block) or _attempt(sch.reverse_compute_inline, block):
+                remaining.remove(block)
+                progress = True
+    return remaining
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rules
+# ----------------------------------------------------------------------------------------------------
+
+class Contraction(CPUScheduleRule):
+    """Register-tiled, vectorised, parallel schedule for one multiply-accumulate reduction block.
+
+    Applies to kernels whose blocks are injective producers (padding, copies), exactly one reduction
+    block whose output's innermost index is one of its spatial iterators ``v`` read contiguously by
+    some input (matmul's ``B[k, j]``, conv2d's ``data[c, y + ry, x + rx]``), and injective epilogues.
+    """
+
+    def __init__(self, max_rows: int = 12, max_vectors: int = 4):
+        self.max_rows = max_rows
+        self.max_vectors = max_vectors
+
+    def tile(self, e_v: int, e_u: int, max_lanes: int, budget: int) -> tuple[int, int, int]:
+        """``(lanes, nv, ut)``: a register tile of ``ut`` rows by ``nv`` vectors of ``lanes`` along v.
+
+        Chunks of v that divide its extent are preferred (no predicated tail): ``nv`` full vectors, or
+        one vector narrower than a register (14 of 16 lanes for a row of 56). The tile that
+        needs the fewest loads per useful multiply-add, within ``budget`` accumulator registers, wins.
+        """
+        options = []
+        for width in range(1, min(e_v, self.max_vectors * max_lanes) + 1):
+            if e_v % width:
+                continue
+            if width % max_lanes == 0:
+                lanes, nv = max_lanes, width // max_lanes
+            elif width < max_lanes:
+                lanes, nv = width, 1
+            else:  # an odd width over several registers: LLVM splits it badly (spills)
+                continue
+            options.append((lanes, nv))
+        if e_v > max_lanes and not any(lanes * nv >= 4 for lanes, nv in options):
+            # No divisor worth a vector: full vectors with a predicated tail (TVM leaves such a loop
+            # scalar, so this is as slow as the unscheduled kernel, but the tile still gives locality).
+            options.append((max_lanes, 1))
+        best = None
+        for lanes, nv in options:
+            regs = nv * -(-lanes // max_lanes)
+            used = lanes * nv / (regs * max_lanes)
+            for ut in _divisors(e_u, self.max_rows) or [1]:
+                if ut * regs > budget:
+                    continue
+                cost = (ut + regs) / (ut * regs) / used  # loads per useful multiply-add
+                if best is None or cost < best[0] - 1e-9:
+                    best = (cost, lanes, nv, ut)
+        _, lanes, nv, ut = best
+        return lanes, nv, ut
+
+    @staticmethod
+    def _pack_buffer(stmt, v_var, u_var, spatial, extent, ut):
+        """The name of the vector operand to copy panel by panel, or None.
+
+        Packing pays when that operand is a matrix read ``B[..., k, v]`` whose rows are far apart
+        (a row of 1 KiB or more: every reduction step otherwise touches a new cache line set, often
+        a new page) and each panel is reused by at least two row tiles.
+        """
+        if extent[u_var] // ut < 2:
+            return None
+        for rd in stmt.reads:
+            region = rd.region
+            if not len(region) or not region[-1].min.same_as(v_var):
+                continue
+            rows_ok = True
+            for rng in region[:-1]:
+                idx = rng.min
+                if isinstance(idx, tirx.Var) and not idx.same_as(u_var):
+                    continue
+                if isinstance(idx, tirx.IntImm):
+                    continue
+                rows_ok = False
+            row_bytes = int(rd.source.shape[-1]) * rd.source.dtype.bits // 8
+            if rows_ok and row_bytes >= 1024:
+                return rd.source.name
+        return None
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(_root(sch))
+        stmts = [sch.get(b) for b in blocks]
+        reductions = [i for i, s in enumerate(stmts) if not _is_spatial(s)]
+        if len(reductions) != 1 or not _is_reduction(stmts[reductions[0]]):
+            return None
+        r = reductions[0]
+        block, stmt = blocks[r], stmts[r]
+        if len(stmt.writes) != 1 or not len(stmt.writes[0].region) or not _trivially_bound(sch, block):
+            return None
+        iters = list(stmt.iter_vars)
+        spatial = [iv.var for iv in iters if iv.iter_type == tirx.IterVar.DataPar]
+        out_index = stmt.writes[0].region[-1].min
+        if not isinstance(out_index, tirx.Var) or not any(out_index.same_as(v) for v in spatial):
+            return None
+        v_var = out_index
+        # The operand read along v (vector loads) and the axis it does not depend on (broadcast loads).
+        vector_reads = [
+            rd for rd in stmt.reads
+            if len(rd.region) and any(x.same_as(v_var) for x in _vars_in(rd.region[-1].min))
+        ]
+        if not vector_reads:
+            return None
+        shared = set()
+        for rd in vector_reads:
+            for rng in rd.region:
+                shared |= {x for x in _vars_in(rng.min)}
+        candidates = [v for v in spatial if not v.same_as(v_var) and not any(v.same_as(x) for x in shared)]
+        pos = {iv.var: i for i, iv in enumerate(iters)}
+        extent = {iv.var: int(iv.dom.extent.value) for iv in iters}
+        candidates = [v for v in candidates if extent[v] > 1]
+        if candidates:
+            u_var = candidates[-1]
+        else:
+            before = [v for v in spatial if pos[v] < pos[v_var] and extent[v] > 1]
+            u_var = before[-1] if before else None
+
+        dtype_bits = stmt.writes[0].source.dtype.bits
+        bits = vector_bits(target)
+        max_lanes = max(bits // dtype_bits, 1)
+        e_v = extent[v_var]
+        e_u = extent[u_var] if u_var is not None else 1
+        lanes, nv, ut = self.tile(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12))
+        # Producers: inline plain copies; padding (a conditional) stays its own parallel block.
+        for i in range(r):
+            if not _has_if_then_else(stmts[i]):
+                _attempt(sch.compute_inline, blocks[i])
+
+        loops = sch.get_loops(block)
+        loop_of = {iv.var: loop for iv, loop in zip(iters, loops)}
+        reduce_loops = [loop_of[iv.var] for iv in iters if iv.iter_type == tirx.IterVar.CommReduce]
+        v_outer, v_vec = sch.split(loop_of[v_var], factors=[None, lanes * nv])
+        v_unroll, v_lane = sch.split(v_vec, factors=[nv, lanes])
+        tile_outer = []
+        if u_var is not None:
+            u_outer, u_inner = sch.split(loop_of[u_var], factors=[None, ut])
+        others = [loop_of[v] for v in spatial
+                  if not v.same_as(v_var) and (u_var is None or not v.same_as(u_var))]
+        pack = self._pack_buffer(stmt, v_var, u_var, spatial, extent, ut) if u_var is not None else None
+        serial = []
+        if u_var is not None and pack is not None:
+            # Parallel over panels of v; the rows of one panel run in turn and share its packed copy.
+            tile_outer, serial = others + [v_outer], [u_outer]
+            inner = [u_inner, v_unroll, v_lane]
+        elif u_var is not None:
+            tile_outer = others + [v_outer, u_outer]
+            inner = [u_inner, v_unroll, v_lane]
+        else:
+            tile_outer = others + [v_outer]
+            inner = [v_unroll, v_lane]
+        sch.reorder(*tile_outer, *serial, *reduce_loops, *inner)
+
+        # Accumulate in a local tile; the epilogue runs on the tile as it is written back.
+        acc_writeback = sch.cache_write(block, 0, "local")
+        # Inline the epilogue into its last block first (a value read twice, as GELU reads x, is then
+        # recomputed), then that block into the write-back. Inlining consumers one by one into the
+        # write-back is unsafe: TVM 0.27's reverse_compute_inline does not check that the buffer it
+        # stops writing has no other reader (it leaves a read of an undefined buffer).
+        epilogue = list(blocks[r + 1:])
+        if len(epilogue) > 1:
+            epilogue = [b for b in epilogue[:-1] if not _attempt(sch.compute_inline, b)] + epilogue[-1:]
+        if len(epilogue) == 1 and _attempt(sch.reverse_compute_inline, epilogue[0]):
+            epilogue = []
+        leftover = epilogue  # computed per tile below instead
+        work = 1
+        for v in spatial:
+            work *= extent[v]
+        fused = sch.fuse(*tile_outer) if len(tile_outer) > 1 else tile_outer[0]
+        if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+            sch.parallel(fused)
+        tile_loop = serial[-1] if serial else fused
+        depth = 2 if serial else 1  # loops above a block computed at the tile loop
+        sch.reverse_compute_at(acc_writeback, tile_loop, preserve_unit_loops=True)
+        for epi in leftover:
+            if not _attempt(sch.reverse_compute_at, epi, tile_loop, preserve_unit_loops=True):
+                _schedule_injective_block(sch, epi, max_lanes)  # left at the root
+                continue
+            wb_loops = sch.get_loops(epi)[depth:]
+            if wb_loops:
+                _vectorize_inner(sch, wb_loops[-1], max_lanes)
+        wb_loops = sch.get_loops(acc_writeback)[depth:]
+        if wb_loops:
+            _vectorize_inner(sch, wb_loops[-1], max_lanes)
+        if pack is not None:
+            # The panel of the vector operand this tile column reads, copied contiguously once per panel.
+            reads = [rd.source.name for rd in sch.get(block).reads]
+            packed = sch.cache_read(block, reads.index(pack), "global")
+            sch.compute_at(packed, fused, preserve_unit_loops=True)
+            pack_loops = sch.get_loops(packed)[1:]
+            if pack_loops:
+                _vectorize_inner(sch, pack_loops[-1], max_lanes)
+
+        # Unrolled register tile, vector lanes innermost; the zeroing of the tile likewise.
+        sch.vectorize(v_lane)
+        sch.unroll(v_unroll)
+        if u_var is not None:
+            sch.unroll(u_inner)
+        if reduce_loops:
+            init = sch.decompose_reduction(block, reduce_loops[0])
+            init_loops = sch.get_loops(init)[1:]
+            if init_loops:
+                sch.vectorize(init_loops[-1])
+        # Producers left (padding): their own parallel, vectorised blocks.
+        left = {str(sch.get(b).name_hint): b for b in sch.get_child_blocks(_root(sch))}
+        for i in range(r):
+            producer = left.get(str(stmts[i].name_hint))
+            if producer is not None:
+                _schedule_injective_block(sch, producer, max_lanes)
+        return sch
+
+
+class RowReduction(CPUScheduleRule):
+    """Kernels of reductions and injective blocks (softmax, layer norm, RMS norm, mean, sums...): each
+    block's leading spatial loops fused and run in parallel; the innermost loop is left to LLVM, which
+    vectorises it (and the reduction along it) on its own.
+
+    Measured on softmax / layer norm / mean rows of 128-256: as fast as TVM's ``dlight.cpu.Reduction``
+    or faster (which splits and unrolls the row, then LLVM no longer vectorises it; 1.2-2x slower on
+    one thread), and nothing is inlined (softmax's exp would be computed twice)."""
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(_root(sch))
+        if not any(not _is_spatial(sch.get(b)) for b in blocks):
+            return None
+        for block in blocks:
+            stmt = sch.get(block)
+            if not _trivially_bound(sch, block):
+                continue
+            loops = sch.get_loops(block)
+            lead = []
+            for loop, iv in zip(loops, stmt.iter_vars):
+                if iv.iter_type != tirx.IterVar.DataPar:
+                    break
+                lead.append(loop)
+            if len(lead) == len(loops) and len(lead) > 1:
+                lead = lead[:-1]  # an injective block: its last loop stays for the vectoriser
+            work = 1
+            for loop in loops:
+                work *= _extent(sch, loop) or 1
+            if lead:
+                _parallel_outer(sch, lead, work)
+        return sch
+
+
+class Injective(CPUScheduleRule):
+    """Elementwise / broadcast / layout kernels: inline what can be, then parallel + vectorised blocks."""
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(_root(sch))
+        if not blocks or not all(_is_spatial(sch.get(b)) for b in blocks):
+            return None
+        lanes = max(vector_bits(target) // 32, 1)
+        _try_inline_all(sch, blocks)
+        for block in sch.get_child_blocks(_root(sch)):
+            _schedule_injective_block(sch, block, lanes)
+        return sch
+
+
+def default_rules() -> list:
+    """The CPU rules in the order they are tried."""
+    return [Contraction(), dl.cpu.GEMV(), RowReduction(), Injective()]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The pass
+# ----------------------------------------------------------------------------------------------------
+
+def _lowering_check():
+    """The block-level part of ``tvm.tirx.build``'s lowering (no code generation): a schedule that
+    leaves an ill-formed kernel fails here, in milliseconds, instead of failing the whole build."""
+    from tvm.s_tir import transform as st
+
+    return tvm.transform.Sequential([
+        st.CanonicalizeLoop(), st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
+        st.ConvertBlocksToOpaque(), st.CompactBufferAllocation(), st.LowerMatchBuffer(), st.StmtSimplify(),
+        st.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(), tirx.transform.NarrowDataType(32),
+        st.LoopPartition(), tirx.transform.VectorizeLoop(True), tirx.transform.StorageRewrite(),
+        tirx.transform.UnrollLoop(), tirx.transform.StmtSimplify(),
+    ])
+
+
+def lowers(func: tirx.PrimFunc, target: Target) -> bool:
+    """Whether ``func`` goes through TVM's block lowering for ``target`` (see :func:`_lowering_check`)."""
+    try:
+        with target:
+            _lowering_check()(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+    except Exception:  # an ill-formed schedule; TVM raises InternalError / TVMError
+        return False
+    return True
+
+
+def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple[tirx.PrimFunc, str]:
+    """``(scheduled func, rule name)``; ``(func, "none")`` when no rule applies or every rule failed.
+
+    A rule that raises, or whose schedule does not lower (:func:`lowers`), is skipped for the next.
+    """
+    for rule in rules if rules is not None else default_rules():
+        try:
+            sch = rule.apply(func, target, False)
+        except Exception:  # a rule that cannot handle this kernel: the next one is tried
+            sch = None
+        if sch is None:
+            continue
+        if isinstance(sch, (list, tuple)):
+            sch = sch[0]
+        out = sch.mod["main"]
+        if not lowers(out, target):
+            continue
+        name = type(rule).__name__
+        return out.with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, name), name
+    return func.with_attr(RULE_ATTR, "none"), "none"
+
+
+def schedule_cpu_kernels(mod: tvm.IRModule, rules=None, default_target=None) -> tvm.IRModule:
+    """Schedule every unscheduled PrimFunc whose ``target`` is ``llvm`` (other kernels untouched).
+
+    ``default_target`` is used for kernels that carry no ``target`` attribute (a single-device
+    ``tvm.compile(mod, target)`` build); without it they are left alone.
+    """
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        target = func.attrs.get("target") if func.attrs is not None else None
+        target = target if target is not None else default_target
+        if target is None or target.kind.name != "llvm":
+            continue
+        if func.attrs is not None and (func.attrs.get("tirx.is_scheduled") or func.attrs.get(RULE_ATTR)):
+            continue
+        updates[gvar], _ = schedule_prim_func(func, target, rules)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def rule_counts(mod: tvm.IRModule) -> dict:
+    """``{rule name: number of llvm kernels it scheduled}`` in a lowered module (``"none"``: fell back)."""
+    counts: dict = {}
+    for _, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc) and func.attrs is not None and RULE_ATTR in func.attrs:
+            name = str(func.attrs[RULE_ATTR])
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -1,0 +1,344 @@
+"""The CPU schedule rules (autoplace.backend.cpu_schedules): every kernel scheduled, same numbers.
+
+Each case legalizes and fuses a small Relax graph the way :func:`autoplace.backend.lower` does, schedules
+its kernels for this machine's CPU and checks the scheduled kernel against TVM's unscheduled one (and
+against numpy where that is easy) on random inputs. Shapes are small and odd on purpose: sizes that no
+tile divides, batch and broadcast matmuls, grouped / depthwise / strided convolutions.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from autoplace.backend import cpu_schedules as cs
+from autoplace.backend.cpu_schedules import RULE_ATTR, cpu_legalize_map, cpu_target, schedule_prim_func
+
+R = relax.op
+TARGET = cpu_target("llvm")
+
+
+def _prim_funcs(make, shapes, dtypes=None):
+    """Legalize (with the CPU math overrides) and fuse ``make(*vars)``; its PrimFuncs, targeted at TARGET."""
+    dtypes = dtypes or ["float32"] * len(shapes)
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(s, d)) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(make(*params))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps(cpu_legalize_map("llvm"))(bb.get())
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
+    mod = relax.transform.FuseOps()(mod)
+    mod = relax.transform.FuseTIR()(mod)
+    return [(gv.name_hint, f.with_attr("target", TARGET)) for gv, f in mod.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def _run(func, args):
+    func = func.with_attr("global_symbol", "main").without_attr("target")
+    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=TARGET)
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(a, dev) for a in args]
+    lib["main"](*tensors)
+    return tensors[-1].numpy()
+
+
+def _random_args(func, seed=0):
+    rng = np.random.default_rng(seed)
+    args = []
+    for p in func.params:
+        shape = [int(x) for x in p.ty.shape]
+        dtype = str(p.ty.dtype)
+        if dtype.startswith("float"):
+            args.append(rng.standard_normal(shape).astype(dtype))
+        else:
+            args.append(rng.integers(0, 2, shape).astype(dtype))
+    args[-1] = np.zeros_like(args[-1])
+    return args
+
+
+def check(make, shapes, rules=None, reference=None, rtol=1e-5, atol=1e-5, dtypes=None):
+    """Every kernel of ``make`` is scheduled (by one of ``rules`` when given) and computes what the
+    unscheduled kernel computes; ``reference(*inputs)`` (numpy) checks single-kernel graphs too."""
+    funcs = _prim_funcs(make, shapes, dtypes)
+    used = []
+    for name, func in funcs:
+        scheduled, rule = schedule_prim_func(func, TARGET)
+        assert rule != "none", f"{name}: no rule applied"
+        assert str(scheduled.attrs[RULE_ATTR]) == rule
+        used.append(rule)
+        args = _random_args(func)
+        want = _run(func, args)
+        got = _run(scheduled, args)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} ({rule})")
+        if reference is not None and len(funcs) == 1:
+            np.testing.assert_allclose(got, reference(*args[:-1]), rtol=1e-4, atol=1e-4, err_msg=name)
+    if rules is not None:
+        assert set(used) <= set(rules), used
+    return used
+
+
+# ---------------------------------------------------------------------------------------------- matmul
+
+@pytest.mark.parametrize("m,k,n", [(7, 13, 5), (33, 65, 17), (1, 128, 10), (64, 300, 257), (16, 40, 512),
+                                   (48, 96, 1024), (128, 64, 56)])
+def test_matmul(m, k, n):
+    check(R.matmul, [(m, k), (k, n)], rules={"Contraction"}, reference=lambda a, b: a @ b)
+
+
+@pytest.mark.parametrize("a,b", [((3, 33, 17), (3, 17, 40)), ((2, 3, 8, 16), (16, 24)),
+                                 ((4, 16, 64), (4, 64, 16))])
+def test_batch_and_broadcast_matmul(a, b):
+    check(R.matmul, [a, b], rules={"Contraction"}, reference=np.matmul)
+
+
+def test_matmul_bias_relu_epilogue_fused_into_the_tile():
+    used = check(lambda x, w, b: R.nn.relu(R.add(R.matmul(x, w), b)), [(20, 24), (24, 40), (40,)],
+                 reference=lambda x, w, b: np.maximum(x @ w + b, 0))
+    assert used == ["Contraction"]
+
+
+def test_epilogue_that_reads_a_value_twice():
+    # GELU reads its input twice (x * (0.5 + erf(x / sqrt 2) / 2)): the bias add is recomputed, not lost.
+    from scipy.special import erf
+
+    def gelu(v):
+        return v * 0.5 * (1 + erf(v / np.sqrt(2)))
+
+    used = check(lambda x, w, b: R.nn.gelu(R.add(R.matmul(x, w), b)), [(16, 24), (24, 48), (48,)],
+                 reference=lambda x, w, b: gelu(x @ w + b))
+    assert used == ["Contraction"]
+    used = check(lambda x, w, b: R.nn.gelu(R.add(R.nn.conv1d(x, w, padding=1), b)),
+                 [(1, 8, 20), (16, 8, 3), (1, 16, 1)])
+    assert used == ["Contraction"]
+
+
+def test_dense_with_transposed_weight():
+    # Linear layers arrive as permute_dims + matmul: two kernels, a transpose and a matmul.
+    used = check(lambda x, w: R.matmul(x, R.permute_dims(w)), [(9, 40), (33, 40)])
+    assert sorted(used) == ["Contraction", "Injective"]
+
+
+def test_large_row_stride_matmul_packs_the_panel():
+    (_name, func), = _prim_funcs(R.matmul, [(32, 64), (64, 1024)])
+    scheduled, rule = schedule_prim_func(func, TARGET)
+    assert rule == "Contraction"
+    assert "x1_global" in scheduled.script()  # the packed panel of B
+    args = _random_args(func)
+    np.testing.assert_allclose(_run(scheduled, args), args[0] @ args[1], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- conv2d
+
+def _conv_ref(x, w, stride, pad, groups):
+    n, _c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow), np.float64)
+    per = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+                weights = w[g * per:(g + 1) * per, :, i, j]
+                out[:, g * per:(g + 1) * per] += np.einsum("nchw,oc->nohw", patch, weights)
+    return out
+
+
+@pytest.mark.parametrize("n,c,h,o,k,stride,pad,groups", [
+    (1, 8, 13, 16, 3, 1, 1, 1),   # 3x3, odd size
+    (1, 8, 14, 16, 3, 2, 1, 1),   # strided
+    (2, 6, 9, 10, 1, 1, 0, 1),    # 1x1, batch 2
+    (1, 8, 11, 8, 3, 1, 1, 8),    # depthwise
+    (1, 8, 10, 12, 3, 1, 1, 2),   # grouped
+    (1, 3, 12, 5, 5, 1, 0, 1),    # 5x5, no padding
+    (1, 16, 56, 8, 3, 1, 1, 1),   # rows of 56: a vector narrower than a register
+])
+def test_conv2d(n, c, h, o, k, stride, pad, groups):
+    check(lambda x, w: R.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups),
+          [(n, c, h, h), (o, c // groups, k, k)], rules={"Contraction"},
+          reference=lambda x, w: _conv_ref(x, w, stride, pad, groups))
+
+
+def test_conv2d_bias_relu():
+    used = check(lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w, padding=1), b)),
+                 [(1, 4, 10, 10), (8, 4, 3, 3), (1, 8, 1, 1)])
+    assert used == ["Contraction"]
+
+
+def test_pooling():
+    check(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 6, 11, 11)])
+    check(lambda x: R.nn.avg_pool2d(x, (2, 2), (2, 2)), [(1, 6, 12, 12)])
+    check(lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 9, 9)])
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+
+@pytest.mark.parametrize("shape,axis", [((4, 33), -1), ((2, 5, 7), 1), ((1, 4, 16, 16), -1)])
+def test_softmax(shape, axis):
+    def softmax(x):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+    check(lambda x: R.nn.softmax(x, axis), [shape], reference=softmax)
+
+
+def test_norms_and_reductions():
+    check(lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(5, 37), (37,), (37,)])
+    check(lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(1, 16, 64), (64,), (64,)])
+    check(lambda x, g: R.nn.rms_norm(x, g, axes=[-1]), [(6, 40), (40,)])
+    check(lambda x: R.sum(x, axis=[1]), [(9, 31)])
+    check(lambda x: R.max(x, axis=[0]), [(9, 31)])
+
+
+# ---------------------------------------------------------------------------------------------- injective
+
+@pytest.mark.parametrize("shape,axes", [((48, 80), None), ((4, 16, 24), [1, 0, 2]), ((4, 16, 24), [2, 0, 1]),
+                                        ((7, 9), None)])
+def test_transpose(shape, axes):
+    check(lambda x: R.permute_dims(x, axes), [shape], rules={"Injective"},
+          reference=lambda x: np.transpose(x, axes))
+
+
+def test_elementwise_broadcast_and_layout():
+    check(lambda a, b: R.add(a, b), [(7, 1), (1, 9)], rules={"Injective"}, reference=lambda a, b: a + b)
+    check(lambda a, b: R.concat([a, b], axis=1), [(3, 5, 7), (3, 2, 7)], rules={"Injective"})
+    check(lambda a: R.reshape(a, (6, 35)), [(3, 2, 5, 7)], rules={"Injective"})
+    check(lambda a, i: R.take(a, i, axis=0), [(10, 24), (5,)], dtypes=["float32", "int64"],
+          rules={"Injective"})
+    check(lambda a: R.multiply(a, relax.const(2.0, "float32")), [(1000,)], rules={"Injective"})
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "silu", "erf", "tanh", "gelu", "gelu_tanh"])
+def test_vector_math(op):
+    from scipy.special import erf
+
+    make = {"exp": R.exp, "sigmoid": R.sigmoid, "silu": R.nn.silu, "erf": R.erf, "tanh": R.tanh,
+            "gelu": R.nn.gelu, "gelu_tanh": R.nn.gelu_tanh}[op]
+    ref = {"exp": np.exp, "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "silu": lambda v: v / (1 + np.exp(-v)),
+           "erf": erf, "tanh": np.tanh, "gelu": lambda v: v * 0.5 * (1 + erf(v / np.sqrt(2))),
+           "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))}[op]
+    (_name, func), = _prim_funcs(make, [(3, 50)])
+    scheduled, rule = schedule_prim_func(func, TARGET)
+    assert rule == "Injective"
+    x = np.linspace(-12, 12, 150, dtype="float32").reshape(3, 50)
+    got = _run(scheduled, [x, np.zeros_like(x)])
+    np.testing.assert_allclose(got, ref(x.astype("float64")), rtol=2e-6, atol=2e-6)
+    # No scalar libm call is left in the kernel: exp/erf/tanh are polynomials in vector registers.
+    kernel = scheduled.with_attr("global_symbol", "main").without_attr("target")
+    lib = tvm.tirx.build(tvm.IRModule({"main": kernel}), target=TARGET)
+    ll = lib.inspect_source("ll")
+    assert "@expf" not in ll and "@erff" not in ll and "llvm.exp." not in ll
+
+
+def test_exp_edges():
+    (_name, func), = _prim_funcs(R.exp, [(12,)])
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    x = np.array([0, 1, -1, 88.5, 88.72, 89, -87.3, -88, -110, np.inf, -np.inf, np.nan], "float32")
+    got = _run(scheduled, [x, np.zeros_like(x)])
+    want = np.exp(x.astype("float64"))
+    want = np.where(want < np.finfo(np.float32).tiny, 0, want)  # flushed below the normal range
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(got, want.astype("float32"), rtol=3e-7)
+
+
+# ---------------------------------------------------------------------------------------------- the pass
+
+def test_cpu_target():
+    t = cpu_target("llvm")
+    assert t.kind.name == "llvm" and str(t.attrs["mcpu"]) == cs.host_cpu()
+    assert str(cpu_target({"kind": "llvm", "mcpu": "x86-64"}).attrs["mcpu"]) == "x86-64"
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+    assert cpu_target(cuda).kind.name == "cuda"
+    assert cs.vector_bits(tvm.target.Target("llvm")) == 128  # generic x86-64: SSE only
+
+
+def test_a_rule_that_fails_falls_back_to_the_next_and_finally_to_the_unscheduled_kernel():
+    class Broken(cs.Contraction):
+        def apply(self, func, target, tunable):
+            raise RuntimeError("broken rule")
+
+    (_name, func), = _prim_funcs(R.matmul, [(8, 8), (8, 8)])
+    scheduled, rule = schedule_prim_func(func, TARGET, rules=[Broken(), cs.Injective()])
+    assert rule == "none" and str(scheduled.attrs[RULE_ATTR]) == "none"
+    args = _random_args(func)
+    np.testing.assert_allclose(_run(scheduled, args), args[0] @ args[1], rtol=1e-5)
+    scheduled, rule = schedule_prim_func(func, TARGET, rules=[Broken(), cs.Contraction()])
+    assert rule == "Contraction"
+
+
+def test_a_schedule_that_does_not_lower_is_rejected():
+    class InlineEveryConsumer(cs.Contraction):
+        """Inlines each consumer into the write-back in turn: ill-formed when a value is read twice."""
+
+        def apply(self, func, target, tunable):
+            sch = tvm.s_tir.Schedule(func)
+            blocks = sch.get_child_blocks(cs._root(sch))
+            reduction = next(b for b in blocks if not cs._is_spatial(sch.get(b)))
+            sch.cache_write(reduction, 0, "local")
+            for block in blocks[blocks.index(reduction) + 1:]:
+                sch.reverse_compute_inline(block)
+            return sch
+
+    (_name, func), = _prim_funcs(lambda x, w: R.nn.gelu(R.matmul(x, w)), [(8, 8), (8, 8)])
+    bad = InlineEveryConsumer().apply(func, TARGET, False).mod["main"]
+    assert not cs.lowers(bad, TARGET)
+    _scheduled, rule = schedule_prim_func(func, TARGET, rules=[InlineEveryConsumer(), cs.Contraction()])
+    assert rule == "Contraction"
+
+
+def test_only_llvm_kernels_are_scheduled():
+    funcs = _prim_funcs(R.matmul, [(8, 8), (8, 8)])
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+    mod = tvm.IRModule({"cpu": funcs[0][1], "gpu": funcs[0][1].with_attr("target", cuda)})
+    out = cs.schedule_cpu_kernels(mod)
+    assert str(out["cpu"].attrs[RULE_ATTR]) == "Contraction"
+    assert RULE_ATTR not in out["gpu"].attrs
+    assert cs.rule_counts(out) == {"Contraction": 1}
+
+
+def test_zoo_models_every_kernel_scheduled_and_same_numbers():
+    import autoplace
+    from autoplace import zoo
+    from autoplace.backend import Runner, lower, single_device_build
+
+    for name in ("mlp", "cnn", "bert", "inception"):
+        model = zoo.get(name)
+        placement = autoplace.place(model, None, None, {"cpu": "llvm"})
+        counts = cs.rule_counts(lower(placement.mod))
+        assert "none" not in counts, (name, counts)
+        inputs = model.random_inputs()
+        host = autoplace.TargetSet({"cpu": "llvm"})
+        plain = Runner(single_device_build(model.mod, schedule_cpu=False), host, model.params,
+                       ["cpu"] * len(model.params), ["cpu"] * len(inputs))
+        np.testing.assert_allclose(placement.run(*inputs), plain(*inputs), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile CUDA kernels")
+def test_cuda_kernels_keep_the_dlight_gpu_rules_and_compile():
+    import autoplace
+    from autoplace import zoo
+    from autoplace.backend import build, lower
+
+    model = zoo.get("bert")
+    targets = {"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}}
+    placement = autoplace.place(model, None, {"relax.matmul": "gpu", "relax.nn.softmax": "gpu"}, targets)
+    lowered = lower(placement.mod)
+    kinds = {}
+    for _, func in lowered.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            kind = func.attrs["target"].kind.name
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind == "cuda":
+                assert RULE_ATTR not in func.attrs and func.attrs.get("tirx.is_scheduled")
+            else:
+                assert str(func.attrs[RULE_ATTR]) != "none"
+    assert kinds.get("cuda") and kinds.get("llvm")
+    build(placement.mod)  # compiles the CUDA kernels with nvcc; running them needs a GPU
