@@ -345,17 +345,13 @@ def parse(spec: str) -> Model:
 EXPORTERS = ("dynamo", "torchscript")
 
 _DIFF = "the torchscript exporter has no ONNX form of aten::diff (transformers 5's causal-mask code)"
-_EXPAND = ("TVM's ONNX importer keeps initializers as parameters (autoplace imports with "
-           "keep_params_in_input=True), so the shape operand of Expand (grouped-query attention's repeat_kv) "
-           "is not a constant and the shapes after it stay symbolic inside main")
-
 #: ``{architecture: {exporter: None if the ONNX path works, else why not}}`` as measured on torch 2.13,
 #: transformers 5.23, TVM 0.27.0.post1 (``python experiments/architectures.py`` checks every entry;
 #: ``tests/test_architectures.py`` marks each failing one with its reason).
 ONNX_PATHS = {
-    "llama": {"dynamo": _EXPAND, "torchscript": _DIFF},
-    "qwen2": {"dynamo": _EXPAND, "torchscript": _DIFF},
-    "mistral": {"dynamo": _EXPAND, "torchscript": _DIFF},
+    "llama": {"dynamo": None, "torchscript": _DIFF},
+    "qwen2": {"dynamo": None, "torchscript": _DIFF},
+    "mistral": {"dynamo": None, "torchscript": _DIFF},
     "gpt2": {"dynamo": None, "torchscript": _DIFF},
     "opt": {"dynamo": None, "torchscript": None},
     "roberta": {"dynamo": None, "torchscript": None},

@@ -275,7 +275,9 @@ def _from_onnx(proto, path: str = "the ONNX model"):
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
-        mod = from_onnx(proto, keep_params_in_input=True)
+        # Initializers as constants: shape operands (e.g. the Expand of grouped-query attention) fold
+        # to static shapes; normalisation then lifts the remaining weight constants to parameters.
+        mod = from_onnx(proto, keep_params_in_input=False)
     except Exception as err:
         last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ModelError(
