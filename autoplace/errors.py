@@ -38,6 +38,11 @@ class ProfilingError(AutoplaceError):
     anything, a folder of another machine, a full disk): nothing of it is recorded as kernel data."""
 
 
+class RPCError(ProfilingError):
+    """An RPC tracker or its servers cannot be reached, answer nothing, or go away (or the address or key
+    given is malformed): a harness failure, so nothing of it is recorded as kernel data."""
+
+
 class PlacementError(AutoplaceError):
     """A placement problem or plan that is malformed or breaks a rule."""
 

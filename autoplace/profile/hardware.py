@@ -11,9 +11,10 @@ import datetime
 import functools
 import os
 import platform
-import re
 import shutil
 import subprocess
+
+from .remote_runner import hardware_id as _hardware_id
 
 
 def _cpu_model() -> str:
@@ -44,18 +45,14 @@ def _gpus() -> list[dict]:
     return gpus
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
 @functools.lru_cache(maxsize=1)
 def _hardware() -> tuple:
     """CPU model, usable cores and GPUs of this machine (asked once per process: nvidia-smi is slow)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cpu = _cpu_model()
     gpus = _gpus()
-    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
-    return "-".join(parts), cpu, cores, tuple(tuple(sorted(g.items())) for g in gpus)
+    gpu_items = tuple(tuple(sorted(g.items())) for g in gpus)
+    return _hardware_id(cpu, cores, [g["name"] for g in gpus]), cpu, cores, gpu_items
 
 
 def _now() -> str:

@@ -78,10 +78,7 @@ def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, 
     """
     import numpy as np
 
-    from ..place import Placement
-
-    one = TargetSet({name: targets[name].target})
-    placement = Placement.from_assignment(model, graph, None, one)
+    placement = model_placement(model, graph, targets, name)
     inputs = model.random_inputs()
     try:
         samples = placement.runner.time_us(inputs, repeat=3)
@@ -91,17 +88,28 @@ def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, 
                       max_us=float(np.max(samples)), samples=len(samples))
     except Exception as err:
         timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
+    return dict(model_fields(model, units, placement, kind), measured_at=_now(), **timing)
+
+
+def model_placement(model, graph, targets: TargetSet, name: str):
+    """The model built entirely on target ``name`` (what a ``model`` record times)."""
+    from ..place import Placement
+
+    return Placement.from_assignment(model, graph, None, TargetSet({name: targets[name].target}))
+
+
+def model_fields(model, units, placement, kind: str) -> dict:
+    """A ``model`` record without its timing: the kernels the model launches, its ops, arguments and output."""
     return dict(kind="model", key=model.name, target=kind, unit_keys=[u.key for u in units],
                 ops=sum(1 for _, d in placement.graph.nodes(data=True) if d.get("kind") == "op"),
                 num_args=len(placement.mod["main"].params),
-                output_bytes=int(placement.graph.nodes["output"].get("output_bytes", 0)),
-                measured_at=_now(), **timing)
+                output_bytes=int(placement.graph.nodes["output"].get("output_bytes", 0)))
 
 
 def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
                    end_to_end: bool = True, redo: Iterable[str] = (), copy_sizes=DEFAULT_COPY_SIZES,
                    timer: KernelTimer | None = None, progress: bool = True, log=print,
-                   lock_timeout_s: float | None = None) -> dict:
+                   lock_timeout_s: float | None = None, rpc=None) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
 
     Call it from the command line (``autoplace profile``) or, in a script, under
@@ -129,6 +137,10 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     lock_timeout_s : float, optional
         Give up (``ProfilingError``) after waiting this long for another job on the same folder;
         default: wait until it ends.
+    rpc : RPCConfig, str, dict or pair, optional
+        Measure on the servers of a TVM RPC tracker instead of this machine
+        (:func:`autoplace.profile.rpc.profile_over_rpc`, e.g. ``rpc=("10.0.0.5:9190", "gpu-box")``):
+        ``store`` must then be that machine's folder (or new; None: ``profiles/<its hardware id>``).
 
     Raises
     ------
@@ -139,6 +151,12 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         hardware, or a record that cannot be written (disk full).
     """
     refuse_in_spawn_bootstrap("autoplace.profile.profile_models")
+    if rpc is not None:
+        from .rpc import profile_over_rpc
+
+        return profile_over_rpc(models, targets, rpc, store=store, copies=copies, end_to_end=end_to_end, redo=redo,
+                                copy_sizes=copy_sizes, timer=timer, progress=progress, log=log,
+                                lock_timeout_s=lock_timeout_s)
     targets = TargetSet(targets)
     if timer is not None and not isinstance(timer, KernelTimer):
         raise ProfilingError(f"timer must be a KernelTimer, got {type(timer).__name__}")

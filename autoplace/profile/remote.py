@@ -1,11 +1,19 @@
-"""Profile a machine that cannot install TVM's compiler: build here, measure there, merge back.
+"""Profile another machine: build here, measure there (a bundle, or over TVM's RPC), merge back.
 
-``build_bundle`` compiles every unique kernel of the models for the targets (``export_library``:
-nvcc is on the CPU machines, so CUDA kernels build here) plus the copy and call-overhead probes,
-and writes them with a ``manifest.json`` and ``runner.py`` (:mod:`.remote_runner`) into one folder.
-On the device machine ``python runner.py BUNDLE`` needs only the TVM runtime and appends records;
-``merge_records`` checks them and adds them to ``profiles/<that machine's hardware id>/``.
-The same flow profiles a farm of machines: one bundle, one runner per machine, one merge each.
+Two ways to reach the machine share one list of *items* (a kernel, a VM call-overhead probe, a copy
+probe, a placed model: each a compiled file plus what the runner needs to time it) and one runner
+(:mod:`.remote_runner`):
+
+* a **bundle** (``build_bundle``, for a machine no network reaches): every item is compiled
+  (``export_library``: nvcc is on the CPU machines, so CUDA kernels build here) into one folder with a
+  ``manifest.json`` and ``runner.py``; ``python runner.py BUNDLE`` there needs only the TVM runtime and
+  appends records; ``merge_records`` checks them and adds them to ``profiles/<that machine's id>/``;
+* **RPC** (:mod:`.rpc`): the same items are uploaded to the servers of a TVM RPC tracker and timed by the
+  runner's :func:`~.remote_runner.run_item` with the remote session's devices.
+
+The records derived from probes (``launch`` from the call-overhead probes, ``copy_fit`` from the copy
+sizes) are computed here by :func:`launch_record` and :func:`copy_fit_record` for both ways, as the
+local job computes them.
 """
 
 from __future__ import annotations
@@ -20,11 +28,179 @@ from ..backend.pipeline import build
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
-from .copies import DEFAULT_COPY_SIZES, copy_module, launch_module
+from .copies import DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
 from .job import target_label, unit_record
 from .measure import compile_kernel
+from .remote_runner import BENCH, STASH
 from .store import ProfileStore, _crc
 from .units import extract_units
+
+#: Elements of the tensor whose allocation the ``alloc`` probes time (4 MiB of float32), as
+#: :func:`autoplace.profile.copies.measure_launch_overhead`.
+ALLOC_ELEMS = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------------- items
+
+
+def kernel_item(unit, graph, model_name: str, kind: str, file: str) -> dict:
+    """The manifest item of one kernel: its ``unit`` record (no timing yet) and how to call it."""
+    record = unit_record(unit, graph, model_name, kind, {})
+    record.pop("measured_at", None)
+    return dict(record=record, file=file, kind=kind, arg_shapes=record["arg_shapes"], arg_dtypes=record["arg_dtypes"],
+                num_outputs=record["num_outputs"])
+
+
+def export_kernel(func_script: str, target_json: str, path: str) -> None:
+    """Compile one kernel (TVMScript, see :func:`~.measure.compile_kernel`) and write it as a library."""
+    compile_kernel(func_script, target_json).export_library(path)
+
+
+def launch_items(targets: TargetSet, name: str) -> list[tuple[dict, object]]:
+    """``[(item, build)]`` of the probes that give target ``name``'s ``launch`` record (``build(path)``
+    writes the item's file): 1- and 65-call chains, a 9-argument ``main`` and, on a CPU, a 4 MiB
+    allocation in the VM and the same ``add`` kernel alone (see
+    :func:`~autoplace.profile.copies.measure_launch_overhead`)."""
+    one = TargetSet({name: targets[name].target})
+    label = target_label(targets[name])
+    kind, vdevice = one[name].kind, one[name].vdevice
+    out = []
+
+    def vm_probe(key, mod, inputs):
+        def write(path, mod=mod):
+            mod.update_global_info("vdevice", one.vdevices)
+            build(mod, fuse=False).export_library(path)
+
+        item = dict(record=dict(kind="launch_probe", key=key, target=label), file=f"lib/launch_{name}_{key}.so",
+                    devices=[[kind, 0]], inputs=inputs)
+        out.append((item, write))
+
+    for calls in (1, 65):
+        vm_probe(f"calls{calls}", launch_module(calls, vdevice), [[[1], "float32", 0]])
+    vm_probe("args9", args_module(9, 1, vdevice), [[[1], "float32", 0]] * 9)
+    if kind == "llvm":  # the kernel-alone half runs on the machine's CPU
+        vm_probe("alloc", args_module(1, ALLOC_ELEMS, vdevice), [[[ALLOC_ELEMS], "float32", 0]])
+
+        def alone(path, target=one[name].target):
+            from tvm import te
+
+            a = te.placeholder((ALLOC_ELEMS,), "float32", name="a")
+            func = te.create_prim_func([a, te.compute((ALLOC_ELEMS,), lambda i: a[i] + a[i])])
+            tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                           target=target).export_library(path)
+
+        out.append((dict(record=dict(kind="launch_probe", key="alloc_alone", target=label), alone=True, kind=kind,
+                         file=f"lib/launch_{name}_alloc_alone.so", arg_shapes=[[ALLOC_ELEMS], [ALLOC_ELEMS]],
+                         arg_dtypes=["float32", "float32"], num_outputs=1), alone))
+    return out
+
+
+def copy_items(targets: TargetSet, src: str, dst: str, copy_sizes=DEFAULT_COPY_SIZES) -> list[tuple[dict, object]]:
+    """``[(item, build)]``: ``to_vdevice`` from ``src`` to ``dst`` for every size (``copy`` records)."""
+    label = f"{target_label(targets[src])}->{target_label(targets[dst])}"
+    pair = TargetSet({src: targets[src].target, dst: targets[dst].target})  # only the two devices
+    out = []
+    for nbytes in copy_sizes:
+        n = max(1, int(nbytes) // 4)
+
+        def write(path, nbytes=nbytes):
+            build(copy_module(nbytes, src, dst, pair)).export_library(path)
+
+        out.append((dict(record=dict(kind="copy", key=str(n * 4), target=label, nbytes=n * 4),
+                         file=f"lib/copy_{src}_{dst}_{nbytes}.so",
+                         devices=[[pair[t].kind, pair[t].vdevice_id] for t in pair],
+                         inputs=[[[n], "float32", pair[src].index]]), write))
+    return out
+
+
+def staged_module(placement) -> tvm.IRModule:
+    """A placed model's module plus :data:`~.remote_runner.STASH` and :data:`~.remote_runner.BENCH`.
+
+    ``STASH(args on device 0)`` copies every argument of ``main`` to its own device and keeps it in the
+    runtime's tensor cache (``vm.builtin.tensor_cache.update``); ``BENCH()`` reads them back and calls
+    ``main``. A remote VM can then time ``main`` with each weight resident on its device:
+    ``VirtualMachine.set_input`` moves every argument to the first device, and a tensor sent over RPC
+    reaches the VM as a ``DLTensor*``, which ``main`` does not take. ``main`` itself is unchanged.
+    """
+    from tvm import relax
+
+    mod = placement.mod
+    main = mod["main"]
+    first = mod.global_infos["vdevice"][0]
+    bb = relax.BlockBuilder()
+    gvars = {g.name_hint: bb.add_func(f, g.name_hint) for g, f in mod.functions_items()}
+    params = list(main.params)
+    staged = [relax.Var(f"a{i}", relax.TensorType(p.ty.shape, p.ty.dtype, first)) for i, p in enumerate(params)]
+    with bb.function(STASH, staged, pure=False):
+        for i, (arg, param) in enumerate(zip(staged, params)):
+            vdevice = param.ty.vdevice
+            same = (vdevice is None or (vdevice.target.kind.name == first.target.kind.name
+                                        and int(vdevice.vdevice_id) == int(first.vdevice_id)))
+            value = arg if same else bb.emit(relax.op.to_vdevice(arg, vdevice))
+            bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_cache.update"),
+                               [tvm.ir.StringImm(f"{STASH}.{i}"), value, relax.prim_value(tvm.tirx.IntImm("bool", 1))],
+                               ty_args=[relax.TupleType([])]))
+        bb.emit_func_output(relax.Tuple([]))
+    with bb.function(BENCH, []):
+        args = [bb.emit(relax.op.call_pure_packed("vm.builtin.tensor_cache.get", tvm.ir.StringImm(f"{STASH}.{i}"),
+                                                  ty_args=param.ty)) for i, param in enumerate(params)]
+        bb.emit_func_output(bb.emit(relax.Call(gvars["main"], args)))
+    out = bb.get()
+    out.update_global_info("vdevice", mod.global_infos["vdevice"])
+    return out
+
+
+def plan_item(placement, record: dict, file: str, *, seed: int = 0) -> tuple[dict, list, object]:
+    """``(item, arrays, build)`` of a placed model timed end to end: its inputs (seeded random) and
+    weights in ``main``'s order, and the device of each."""
+    import numpy as np
+
+    targets = placement.targets
+    values = [np.asarray(v) for v in list(placement.model.random_inputs(seed=seed)) + list(placement.params)]
+    where = list(placement.annotated.input_targets) + list(placement.annotated.param_targets)
+    item = dict(record=record, file=file, devices=[[targets[t].kind, targets[t].vdevice_id] for t in targets],
+                arg_devices=[targets[t].index for t in where])
+
+    def write(path):
+        build(staged_module(placement), fuse=placement.fuse).export_library(path)
+
+    return item, values, write
+
+
+# ----------------------------------------------------------------------------------------- derived records
+
+
+def launch_record(label: str, probes: dict) -> dict | None:
+    """The ``launch`` record of a device from its probes (``{key: timed probe record}``), as
+    :func:`~autoplace.profile.copies.measure_launch_overhead` computes it; None without both call chains."""
+    if not {"calls1", "calls65"} <= set(probes):
+        return None
+    single = probes["calls1"]["median_us"]
+    record = dict(kind="launch", key="vm_call", target=label, status="ok",
+                  median_us=max(0.0, (probes["calls65"]["median_us"] - single) / 64), single_call_us=single)
+    if "args9" in probes:
+        record["per_arg_us"] = max(0.0, (probes["args9"]["median_us"] - single) / 8)
+    if "alloc" in probes and "alloc_alone" in probes:
+        extra = probes["alloc"]["median_us"] - probes["alloc_alone"]["median_us"] - single
+        record["alloc_us_per_byte"] = max(0.0, extra) / (4 * ALLOC_ELEMS)
+    stamps = [p["measured_at"] for p in probes.values() if "measured_at" in p]
+    if stamps:
+        record["measured_at"] = max(stamps)
+    return record
+
+
+def copy_fit_record(label: str, rows: list) -> dict:
+    """``latency = alpha + bytes * per_byte`` over one device pair's ``copy`` records."""
+    alpha, per_byte = fit_copy_cost([r["nbytes"] for r in rows], [r["median_us"] for r in rows])
+    record = dict(kind="copy_fit", key="fit", target=label, alpha_us=alpha, us_per_byte=per_byte,
+                  bandwidth_gb_s=(1e-3 / per_byte) if per_byte > 0 else None, status="ok")
+    stamps = [r["measured_at"] for r in rows if "measured_at" in r]
+    if stamps:
+        record["measured_at"] = max(stamps)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------- bundles
 
 
 def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, log=print) -> dict:
@@ -47,44 +223,27 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                 if (unit.key, kind) in seen:
                     continue
                 seen.add((unit.key, kind))
-                record = unit_record(unit, graph, model.name, kind, {})
-                record.pop("measured_at", None)
-                file = os.path.join("lib", f"{unit.key}.so")
+                entry = kernel_item(unit, graph, model.name, kind, os.path.join("lib", f"{unit.key}.so"))
                 try:
-                    lib = compile_kernel(unit.prim_func.script(show_meta=True), str(targets[tname].target))
-                    lib.export_library(os.path.join(bundle_dir, file))
+                    export_kernel(unit.prim_func.script(show_meta=True), str(targets[tname].target),
+                                  os.path.join(bundle_dir, entry["file"]))
                 except Exception as err:
                     failed += 1
-                    record.update(status="error", error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
-                    manifest.setdefault("failed", []).append(record)
+                    entry["record"].update(status="error",
+                                           error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
+                    manifest.setdefault("failed", []).append(entry["record"])
                     continue
-                manifest["units"].append(dict(record=record, file=file, kind=kind, arg_shapes=record["arg_shapes"],
-                                              arg_dtypes=record["arg_dtypes"], num_outputs=record["num_outputs"]))
+                manifest["units"].append(entry)
     for name in targets:
-        one = TargetSet({name: targets[name].target})
-        for calls in (1, 65):
-            mod = launch_module(calls, one[name].vdevice)
-            mod.update_global_info("vdevice", one.vdevices)
-            file = os.path.join("lib", f"launch_{name}_{calls}.so")
-            build(mod, fuse=False).export_library(os.path.join(bundle_dir, file))
-            manifest["launch"].append(dict(
-                record=dict(kind="launch_probe", key=f"calls{calls}", target=target_label(targets[name])),
-                file=file, devices=[[one[name].kind, 0]], inputs=[[[1], "float32", 0]]))
+        for entry, write in launch_items(targets, name):
+            write(os.path.join(bundle_dir, entry["file"]))
+            manifest["launch"].append(entry)
     for src in targets:
         for dst in targets:
-            if src == dst:
-                continue
-            label = f"{target_label(targets[src])}->{target_label(targets[dst])}"
-            pair = TargetSet({src: targets[src].target, dst: targets[dst].target})  # only the two devices
-            for nbytes in copy_sizes:
-                mod = copy_module(nbytes, src, dst, pair)
-                file = os.path.join("lib", f"copy_{src}_{dst}_{nbytes}.so")
-                build(mod).export_library(os.path.join(bundle_dir, file))
-                n = max(1, nbytes // 4)
-                manifest["copies"].append(dict(
-                    record=dict(kind="copy", key=str(n * 4), target=label, nbytes=n * 4), file=file,
-                    devices=[[pair[t].kind, pair[t].vdevice_id] for t in pair],
-                    inputs=[[[n], "float32", pair[src].index]]))
+            if src != dst:
+                for entry, write in copy_items(targets, src, dst, copy_sizes):
+                    write(os.path.join(bundle_dir, entry["file"]))
+                    manifest["copies"].append(entry)
     shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
     with open(os.path.join(bundle_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -97,8 +256,6 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
     """Check the runner's records (CRC), derive copy fits and call overhead, and append them to
     ``profiles_root/<hardware id>/``; returns that folder. Already merged records are skipped."""
     import numpy as np
-
-    from .copies import fit_copy_cost
 
     with open(os.path.join(os.path.dirname(records_path) or ".", "metadata.json")) as f:
         meta = json.load(f)
@@ -121,9 +278,8 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
     copies: dict = {}
     for record in good:
         if record["kind"] == "launch_probe":
-            if record.get("status") != "ok":
-                continue
-            probes.setdefault(record["target"], {})[record["key"]] = record
+            if record.get("status") == "ok":
+                probes.setdefault(record["target"], {})[record["key"]] = record
             continue
         if record["kind"] == "copy" and record.get("status") == "ok":
             copies.setdefault(record["target"], []).append(record)
@@ -133,19 +289,15 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
         store.append(record)
         added += 1
     for label, pair in probes.items():
-        if ("launch", "vm_call", label) in done or not {"calls1", "calls65"} <= set(pair):
+        derived = launch_record(label, pair)
+        if ("launch", "vm_call", label) in done or derived is None:
             continue
-        per_call = (pair["calls65"]["median_us"] - pair["calls1"]["median_us"]) / 64
-        store.append(dict(kind="launch", key="vm_call", target=label, status="ok", median_us=max(per_call, 0.0),
-                          single_call_us=pair["calls1"]["median_us"], measured_at=pair["calls1"]["measured_at"]))
+        store.append(derived)
         added += 1
     for label, rows in copies.items():
         if ("copy_fit", "fit", label) in done:
             continue
-        alpha, per_byte = fit_copy_cost([r["nbytes"] for r in rows], [r["median_us"] for r in rows])
-        store.append(dict(kind="copy_fit", key="fit", target=label, alpha_us=alpha, us_per_byte=per_byte,
-                          bandwidth_gb_s=(1e-3 / per_byte) if per_byte > 0 else None, status="ok",
-                          measured_at=max(r["measured_at"] for r in rows)))
+        store.append(copy_fit_record(label, rows))
         added += 1
     log(f"merged {added} records into {store.path} ({bad} corrupt lines skipped); "
         f"median copy fits: {[(k, round(float(np.median([r['median_us'] for r in v])), 1)) for k, v in copies.items()]}")
@@ -161,9 +313,9 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
         ``{(model name, plan label): Placement}`` (e.g. autoplace's plan and every baseline of
         :func:`autoplace.compare`, built here for a CPU+GPU box).
 
-    Each plan becomes a VM executable, its inputs (seeded random) and weights in an ``.npz``, and a
-    manifest item; ``runner.py`` times ``main`` with every argument on its device and writes
-    ``kind="plan"`` records (``key`` = ``"<model>:<plan>"``).
+    Each plan becomes a VM executable (with :func:`staged_module`'s timing functions), its inputs
+    (seeded random) and weights in an ``.npz``, and a manifest item; ``runner.py`` times ``main`` with
+    every argument on its device and writes ``kind="plan"`` records (``key`` = ``"<model>:<plan>"``).
     """
     import numpy as np
 
@@ -177,20 +329,20 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
     for (model_name, label), placement in plans.items():
         safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")
         lib, arrays = os.path.join("lib", f"plan_{safe}.so"), os.path.join("lib", f"plan_{safe}.npz")
-        build(placement.mod, fuse=placement.fuse).export_library(os.path.join(bundle_dir, lib))
-        targets = placement.targets
-        inputs = placement.model.random_inputs(seed=seed)
-        values = list(inputs) + list(placement.params)
-        where = list(placement.annotated.input_targets) + list(placement.annotated.param_targets)
-        np.savez(os.path.join(bundle_dir, arrays), **{f"arg{i}": np.asarray(v) for i, v in enumerate(values)})
-        manifest["models"].append(dict(
-            record=dict(kind="plan", key=f"{model_name}:{label}", target=",".join(target_label(targets[t]) for t in targets),
-                        copies=len(placement.copies), copy_bytes=sum(c["nbytes"] for c in placement.copies),
-                        ops_per_target=placement.ops_per_target()),
-            file=lib, arrays=arrays, devices=[[targets[t].kind, targets[t].vdevice_id] for t in targets],
-            arg_devices=[targets[t].index for t in where]))
+        item, values, write = plan_item(placement, plan_record(placement, model_name, label), lib, seed=seed)
+        write(os.path.join(bundle_dir, lib))
+        np.savez(os.path.join(bundle_dir, arrays), **{f"arg{i}": v for i, v in enumerate(values)})
+        manifest["models"].append(dict(item, arrays=arrays))
     shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
     log(f"bundle {bundle_dir}: {len(plans)} placed models for end-to-end timing")
     return manifest
+
+
+def plan_record(placement, model_name: str, label: str) -> dict:
+    """The ``plan`` record (no timing yet) of a placed model: key ``"<model>:<plan>"``, its devices and copies."""
+    targets = placement.targets
+    return dict(kind="plan", key=f"{model_name}:{label}", target=",".join(target_label(targets[t]) for t in targets),
+                copies=len(placement.copies), copy_bytes=sum(c["nbytes"] for c in placement.copies),
+                ops_per_target=placement.ops_per_target())

@@ -1,12 +1,17 @@
-"""Run a profiling bundle on a device machine with only the TVM *runtime* (no compiler, no autoplace).
+"""Time compiled kernels and VM executables with TVM's ``time_evaluator``: a bundle's runner, and the
+per-item code the RPC path (:mod:`autoplace.profile.rpc`) runs with a remote session's devices.
 
     TVM_USE_RUNTIME_LIB=1 python runner.py BUNDLE_DIR [--out BUNDLE_DIR/records.jsonl]
 
-Reads ``manifest.json``, loads each compiled kernel / VM executable, times it with TVM's
-``time_evaluator`` and appends one CRC-checked JSON line per measurement (the format of
-``autoplace.profile.store``), tagged with this machine's hardware id. Resumable: records already in
-the output file are skipped. This file is copied into every bundle and imports only tvm.runtime,
-numpy and the standard library.
+Reads ``manifest.json``, loads each compiled kernel / VM executable, times it and appends one
+CRC-checked JSON line per measurement (the format of ``autoplace.profile.store``), tagged with this
+machine's hardware id. Resumable: records already in the output file are skipped. This file is copied
+into every bundle and imports only tvm.runtime, numpy and the standard library.
+
+:func:`run_item` times one manifest item given how to load a module file and how to make a device:
+the runner passes ``tvm.runtime.load_module`` and ``tvm.device``; the RPC path passes
+``session.upload`` + ``session.load_module`` and ``session.device``, so a kernel is timed by the same
+code on this machine or on a machine of a farm.
 """
 
 import argparse
@@ -22,6 +27,12 @@ import zlib
 
 import numpy as np
 
+#: Relax functions a placed model's executable carries for timing it with every argument on its own device:
+#: ``STASH(args on device 0)`` copies each argument to its device and keeps it in the runtime's tensor cache,
+#: ``BENCH()`` calls ``main`` with them. (``VirtualMachine.set_input`` moves every argument to the first
+#: device, and over RPC ``main`` cannot be called with tensors directly: they arrive as ``DLTensor*``.)
+STASH, BENCH = "autoplace_stash", "autoplace_bench"
+
 
 def _crc(record):
     body = json.dumps({k: v for k, v in record.items() if k != "crc"}, sort_keys=True, separators=(",", ":"))
@@ -32,14 +43,39 @@ def _slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def hardware_id(cpu, cores, gpu_names):
+    """``<cpu model>-<cores>c[-<gpu>...]``: the name of a machine's ``profiles/`` folder (the same rule as
+    ``autoplace.profile.hardware``)."""
+    return "-".join([_slug(cpu)[:40], f"{cores}c"] + [_slug(name)[:30] for name in gpu_names])
+
+
+def cpu_model_from(cpuinfo_text, fallback):
+    """The first ``model name`` of ``/proc/cpuinfo``, else ``fallback``."""
+    for line in cpuinfo_text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return fallback
+
+
+def cores_from(status_text, cpuinfo_text=""):
+    """Usable cores from ``/proc/self/status`` (``Cpus_allowed_list: 0-3,8``), else processors in cpuinfo."""
+    for line in status_text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            count = 0
+            for part in line.split(":", 1)[1].strip().split(","):
+                low, _, high = part.partition("-")
+                if low.strip():
+                    count += int(high or low) - int(low) + 1
+            if count:
+                return count
+    return sum(1 for line in cpuinfo_text.splitlines() if line.startswith("processor")) or None
+
+
 def hardware(tvm_version):
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+            cpu = cpu_model_from(f.read(), cpu)
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -53,9 +89,9 @@ def hardware(tvm_version):
                 gpus.append({"name": name, "driver": driver, "memory": memory})
         except (OSError, subprocess.SubprocessError):
             pass
-    parts = [_slug(cpu)[:40], f"{cores}c"] + [_slug(g["name"])[:30] for g in gpus]
-    return {"hardware_id": "-".join(parts), "cpu_model": cpu, "cpu_cores": cores, "machine": platform.machine(),
-            "gpus": gpus, "tvm_version": tvm_version, "python": platform.python_version(),
+    return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus]), "cpu_model": cpu,
+            "cpu_cores": cores, "machine": platform.machine(), "gpus": gpus, "tvm_version": tvm_version,
+            "python": platform.python_version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -81,6 +117,92 @@ def args_for(tvm, shapes, dtypes, num_outputs, dev):
             value = rng.standard_normal(shape).astype(dtype)
         out.append(tvm.runtime.tensor(value, dev))
     return out
+
+
+def time_kernel(tvm, lib, dev, call_args, timing):
+    """A compiled kernel (``main``): one warm-up call, then ``time_evaluator`` (as the local profiler)."""
+    lib["main"](*call_args)
+    dev.sync()
+    timer = lib.time_evaluator("main", dev, **timing)
+    return summary(np.asarray(timer(*call_args).results) * 1e6)
+
+
+def time_vm_stateful(runtime_vm, lib, devices, call_args, timing):
+    """A probe executable (copy, call overhead): ``set_input`` + ``invoke_stateful``, as
+    ``autoplace.profile.copies`` times it here (every argument of a probe lives on device 0)."""
+    machine = runtime_vm.VirtualMachine(lib, devices)
+    machine.set_input("main", *call_args)
+    machine.invoke_stateful("main")
+    timer = machine.time_evaluator("invoke_stateful", devices[0], **timing)
+    return summary(np.asarray(timer("main").results) * 1e6)
+
+
+def time_placed_model(tvm, runtime_vm, lib, devices, arrays, arg_devices, timing):
+    """A placed model: each argument on its own device, ``main`` timed end to end.
+
+    Executables built with :data:`STASH`/:data:`BENCH` (every bundle and RPC job now) are timed as
+    ``BENCH()``: the arguments are uploaded to device 0, copied to their devices once by ``STASH`` (not
+    timed), and ``BENCH`` calls ``main`` with them (about 0.2 us per argument more than calling ``main``
+    directly). Older bundles: ``main`` with the arguments (possible on this machine only).
+    """
+    machine = runtime_vm.VirtualMachine(lib, devices)
+    try:
+        machine.module.get_function(BENCH)
+        staged = True
+    except Exception:
+        staged = False
+    if staged:
+        machine.set_input(STASH, *[tvm.runtime.tensor(np.asarray(a), devices[0]) for a in arrays])
+        machine.invoke_stateful(STASH)
+        machine[BENCH]()
+        devices[0].sync()
+        timer = machine.time_evaluator(BENCH, devices[0], **timing)
+        return summary(np.asarray(timer().results) * 1e6)
+    call_args = [tvm.runtime.tensor(np.asarray(a), devices[d]) for a, d in zip(arrays, arg_devices)]
+    machine["main"](*call_args)
+    timer = machine.time_evaluator("main", devices[0], **timing)
+    return summary(np.asarray(timer(*call_args).results) * 1e6)
+
+
+def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None):
+    """Time one manifest item; returns the result fields (``status`` ``"ok"`` and the summary).
+
+    Parameters
+    ----------
+    item : dict
+        A manifest item: ``record`` (its ``kind`` picks the timing), ``file``, and ``kind`` + argument
+        shapes for a kernel, ``devices`` + ``inputs`` for a probe, ``devices`` + ``arg_devices`` for a
+        placed model.
+    load : callable
+        ``load(file) -> module`` (here: ``tvm.runtime.load_module``; over RPC: upload, then
+        ``session.load_module``).
+    make_device : callable
+        ``make_device(kind, index) -> device`` (here: ``tvm.device``; over RPC: ``session.device``).
+    arrays : list of numpy arrays, optional
+        A placed model's inputs and weights (the bundle's ``.npz``).
+
+    Raises whatever TVM raises: the caller decides what a failure is (a record here, a lost connection
+    or a kernel's failure over RPC).
+    """
+    kind = item["record"]["kind"]
+    lib = load(item["file"])
+    if kind == "unit" or item.get("alone"):
+        dev = make_device(item["kind"], 0)
+        call_args = args_for(tvm, item["arg_shapes"], item["arg_dtypes"], item["num_outputs"], dev)
+        return dict(status="ok", **time_kernel(tvm, lib, dev, call_args, timing))
+    devices = [make_device(k, i) for k, i in item["devices"]]
+    if arrays is not None or "arrays" in item:
+        return dict(status="ok", **time_placed_model(tvm, runtime_vm, lib, devices, arrays,
+                                                      item["arg_devices"], timing))
+    # Probe inputs: only their size matters (a copy's bytes, a call's argument), so nothing is uploaded.
+    call_args = [tvm.runtime.empty(tuple(s), d, devices[i]) for s, d, i in item["inputs"]]
+    return dict(status="ok", **time_vm_stateful(runtime_vm, lib, devices, call_args, timing))
+
+
+def error_text(err):
+    """The last line of an exception's message (TVM's carry a traceback), at most 300 characters."""
+    text = str(err).strip()
+    return text.splitlines()[-1][:300] if text else repr(err)
 
 
 def main(argv=None):
@@ -143,29 +265,16 @@ def main(argv=None):
             continue
         print(f"[{n}/{len(items)}] {record['kind']} {record['target']} {record.get('func_name', record['key'])}",
               flush=True)
+        arrays = None
+        if "arrays" in item:  # a placed model: inputs and weights saved beside it
+            saved = np.load(os.path.join(args.bundle, item["arrays"]))
+            arrays = [saved[f"arg{i}"] for i in range(len(item["arg_devices"]))]
         try:
-            lib = tvm.runtime.load_module(os.path.join(args.bundle, item["file"]))
-            if record["kind"] == "unit":
-                dev = device(tvm, item["kind"])
-                call_args = args_for(tvm, item["arg_shapes"], item["arg_dtypes"], item["num_outputs"], dev)
-                lib["main"](*call_args)
-                dev.sync()
-                timer = lib.time_evaluator("main", dev, **timing)
-                record.update(status="ok", **summary(np.asarray(timer(*call_args).results) * 1e6))
-            else:
-                devices = [device(tvm, k, i) for k, i in item["devices"]]
-                machine = runtime_vm.VirtualMachine(lib, devices)
-                if "arrays" in item:  # a placed model: inputs and weights saved, each with its device
-                    arrays = np.load(os.path.join(args.bundle, item["arrays"]))
-                    call_args = [tvm.runtime.tensor(arrays[f"arg{i}"], devices[d])
-                                 for i, d in enumerate(item["arg_devices"])]
-                else:
-                    call_args = [tvm.runtime.tensor(np.zeros(s, dtype=d), devices[i]) for s, d, i in item["inputs"]]
-                machine["main"](*call_args)
-                timer = machine.time_evaluator("main", devices[0], **timing)
-                record.update(status="ok", **summary(np.asarray(timer(*call_args).results) * 1e6))
+            record.update(run_item(tvm, runtime_vm, item, timing=timing, arrays=arrays,
+                                   load=lambda file: tvm.runtime.load_module(os.path.join(args.bundle, file)),
+                                   make_device=lambda kind, index: device(tvm, kind, index)))
         except Exception as err:
-            record.update(status="error", error=str(err).strip().splitlines()[-1][:300] if str(err).strip() else repr(err))
+            record.update(status="error", error=error_text(err))
         write(record)
     print(f"wrote {out}")
     return 0
