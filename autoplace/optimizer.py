@@ -372,7 +372,8 @@ MEASURE_MODES = ("auto", "never", "always")
 def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, redo: bool = False,
                     progress: bool = True):
     """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
-    them with ``redo``) and the copy costs it lacks; return ``costs`` with the new records.
+    them with ``redo``) and the copy costs and VM call overheads it lacks; return ``costs`` with the new
+    records.
 
     Measurements go to :func:`autoplace.profile.measured_here_dir`. If the harness cannot run here
     (e.g. a script without a main guard), warn and return ``costs`` unchanged: the cost model prices
@@ -398,7 +399,8 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
                                              and (u.key, kind) not in costs.unsupported_)]
         if todo:
             missing[kind] = todo
-    copies = False
+    # The VM's call overheads (``kind="launch"``) come with the copies: a machine never profiled has neither.
+    copies = any(math.isnan(costs.launch_us(targets[t].label, default=math.nan)) for t in runnable)
     for src in runnable:
         for dst in runnable:
             if src == dst:

@@ -97,8 +97,10 @@ CASES = [
     # -- --pin
     case("pin-no-equals", *OPT, "--pin", "lv3", expect=["--pin takes KEY=TARGET", "'lv3'"]),
     case("pin-unknown-target", *OPT, "--pin", "lv3=gpu", expect=["no target named 'gpu'"]),
-    case("pin-names-a-weight", *OPT, "--pin", "p_0_weight=cpu1",
-         expect=["'p_0_weight' names a weight", "['lv']"]),
+    case("pin-names-a-weight", *OPT, "--pin", "p_0_bias=cpu1",
+         expect=["'p_0_bias' names a weight", "['lv2']"]),
+    case("pin-names-a-folded-weight", *OPT, "--pin", "p_0_weight=cpu1",
+         expect=["'p_0_weight' names a weight", "'p_0_weight_permute_dims' now", "['lv1']"]),
     # -- models
     case("zoo-typo", "optimize", "--zoo", "mlpx", "--out", "{case}/out",
          expect=["no zoo model 'mlpx'", "'mlp'"], fresh=True),
@@ -391,7 +393,7 @@ API = [
     api("load-empty-onnx", lambda c: c.ap.load_model(c.file("empty.onnx")), "ModelError", "is empty"),
     api("load-fake-onnx", lambda c: c.ap.load_model(c.file("fake.onnx")), "ModelError", "not a readable"),
     api("place-weight-key", lambda c: c.ap.place(c.mlp, None, {"p_0_weight": "cpu1"}, M2), "AssignmentError",
-        "'p_0_weight' names a weight", "['lv']"),
+        "'p_0_weight' names a weight", "['lv1']"),
     api("place-not-a-dict", lambda c: c.ap.place(c.mlp, None, "cpu1", M2), "AssignmentError",
         "dict", "'cpu1'"),
     api("place-non-string-key", lambda c: c.ap.place(c.mlp, None, {3: "cpu1"}, M2), "AssignmentError",

@@ -71,3 +71,70 @@ def test_missing_file_and_wrong_type():
         autoplace.load_model("/nonexistent/model.onnx")
     with pytest.raises(ModelError, match="cannot read a model of type int"):
         autoplace.load_model(3)
+
+
+def _ops(model) -> list:
+    return [b.value.op.name for block in model.main.body.blocks for b in block.bindings
+            if hasattr(b.value, "op") and hasattr(b.value.op, "name")]
+
+
+def test_weight_transposes_are_computed_once_at_import():
+    """torch's Linear imports as matmul(x, permute_dims(W)): the transpose of a weight is done at import
+    (named after the weight), never at run time; the numbers stay PyTorch's."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(2, 8)
+    model = autoplace.load_model(net, example_inputs=(x,))
+    unfolded = autoplace.frontend.normalize(*_unnormalized(net, x), fold_weights=False)
+    assert _ops(unfolded).count("relax.permute_dims") == 2
+    assert "relax.permute_dims" not in _ops(model)
+    names = [v.name for v in model.weight_vars]
+    assert sorted(n for n in names if n.endswith("_permute_dims")) == ["p_0_weight_permute_dims",
+                                                                        "p_2_weight_permute_dims"]
+    assert not any(n.endswith("_weight") for n in names)  # the untransposed weights are not kept
+    weights = dict(zip(names, model.params))
+    np.testing.assert_array_equal(weights["p_0_weight_permute_dims"], net[0].weight.detach().numpy().T)
+    assert model.weight_nbytes == unfolded.weight_nbytes
+    placement = autoplace.place(model, None, {"relax.nn.relu": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})
+    (out,) = placement.run(x.numpy())  # torch export returns a tuple
+    np.testing.assert_allclose(out, net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _unnormalized(net, x):
+    import torch
+    from tvm.relax.frontend import detach_params
+    from tvm.relax.frontend.torch import from_exported_program
+
+    mod, params = detach_params(from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=True))
+    return mod, params
+
+
+def test_only_layout_changes_of_weights_are_folded():
+    """Tensors the model makes at run time (zeros, broadcasts of a weight) stay run-time work: folding them
+    would store large tensors; a weight used twice is stored once."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 3), "float32"))
+    w = relax.Var("w", relax.TensorType((3, 3), "float32"))
+    b = relax.Var("b", relax.TensorType((3,), "float32"))
+    with bb.function("main", [x, w, b], attrs={"num_input": 1}):
+        with bb.dataflow():
+            wt = bb.emit(relax.op.permute_dims(w))
+            bias = bb.emit(relax.op.broadcast_to(b, relax.ShapeExpr([4, 3])))
+            zeros = bb.emit(relax.op.zeros(relax.ShapeExpr([4, 3]), "float32"))
+            y = bb.emit(relax.op.add(relax.op.add(relax.op.matmul(x, wt), bias), zeros))
+            out = bb.emit_output(relax.op.matmul(y, w))
+        bb.emit_func_output(out)
+    wv = np.arange(9, dtype="float32").reshape(3, 3)
+    bv = np.ones(3, "float32")
+    model = autoplace.load_model(bb.get(), [wv, bv])
+    ops = _ops(model)
+    assert "relax.permute_dims" not in ops
+    assert {"relax.broadcast_to", "relax.zeros"} <= set(ops)
+    assert [v.name for v in model.weight_vars] == ["w", "b", "w_permute_dims"]
+    xv = np.random.default_rng(0).standard_normal((4, 3)).astype("float32")
+    placement = autoplace.place(model, None, None, {"cpu": "llvm"})
+    np.testing.assert_allclose(placement.run(xv), (xv @ wv.T + bv) @ wv, rtol=1e-5)

@@ -81,6 +81,14 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
         nodes = select_nodes(graph, key)
         if not nodes and _is_op_name(key):
             continue  # a per-op-type policy ("relax.nn.conv2d": "gpu") for an op this model does not use
+        folded = _folded_from(graph, key) if not nodes else None
+        if folded:
+            users = sorted(n for n in graph.successors(folded) if graph.nodes[n].get("kind") == "op")
+            raise AssignmentError(
+                f"assignment key {key!r} names a weight (autoplace changed its layout once, at import: it is "
+                f"{folded!r} now), which is not placed by itself: a weight lives on every device that runs an "
+                f"op reading it; place those ops instead (here {users[:4]})"
+            )
         if not nodes:
             ops = sorted({d["op"] for _, d in graph.nodes(data=True) if d.get("kind") == "op"})
             raise AssignmentError(
@@ -99,3 +107,16 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
                 continue  # weights follow their consumers
             result[node] = target
     return result
+
+
+def _folded_from(graph: nx.DiGraph, key: str) -> str | None:
+    """The weight node that ``key``, a weight name of the imported model, became when
+    :func:`autoplace.frontend.fold_weight_transforms` folded a layout change into it (``p_0_weight`` ->
+    ``p_0_weight_permute_dims``), if any."""
+    from ..frontend import WEIGHT_LAYOUT_OPS
+
+    suffixes = tuple(f"_{op.removeprefix('relax.')}" for op in WEIGHT_LAYOUT_OPS)
+    for node, data in graph.nodes(data=True):
+        if data.get("kind") == "weight" and node.startswith(f"{key}_") and node.endswith(suffixes):
+            return node
+    return None
