@@ -30,6 +30,8 @@ EXAMPLES = {
     "compare": """examples:
   autoplace compare --zoo cnn --targets '{"cpu0": "llvm", "cpu1": "llvm"}'
   autoplace compare --zoo cnn --manual '{"seed002": {"relax.nn.conv2d": "cpu1", "relax.matmul": "cpu1"}}'
+  # plans for a CPU+GPU box behind a TVM RPC tracker, timed there
+  autoplace compare --zoo cnn --targets '{"cpu": "llvm", "gpu": "cuda"}' --rpc 10.0.0.5:9190 --rpc-key gpu-box
 """,
     "show": """examples:
   autoplace show out/cnn.result.json            # writes out/cnn.png
@@ -44,6 +46,8 @@ EXAMPLES = {
   autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --bundle gpu_bundle
   python gpu_bundle/runner.py gpu_bundle                           # on the GPU box (TVM runtime only)
   autoplace profile --merge gpu_bundle/records.jsonl               # back here: into profiles/<its id>/
+  # the servers of a TVM RPC tracker (one key = one kind of machine): into profiles/<their id>/
+  autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --rpc 10.0.0.5:9190 --rpc-key gpu-box
 """,
 }
 
@@ -286,9 +290,30 @@ def _check_pins_on_model(model, pins: dict, targets) -> None:
 # --------------------------------------------------------------------------------------------- commands
 
 
+def _rpc(args):
+    """``--rpc HOST:PORT --rpc-key KEY`` as an :class:`~autoplace.profile.rpc.RPCConfig` (None without
+    ``--rpc``), every part checked before any work."""
+    from .errors import RPCError
+
+    if args.rpc is None:
+        if args.rpc_key is not None:
+            raise RPCError(f"--rpc-key {args.rpc_key} needs --rpc HOST:PORT (the RPC tracker's address)")
+        return None
+    if args.rpc_key is None:
+        raise RPCError(f"--rpc {args.rpc} needs --rpc-key KEY: the --key the RPC servers were started with "
+                       "(`python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY`)")
+    from .profile.rpc import RPCConfig
+
+    return RPCConfig.create(args.rpc, args.rpc_key, request_timeout_s=args.rpc_timeout)
+
+
 def cmd_profile(args) -> int:
     from .profile import KernelTimer, ProfileStore, default_profile_dir, profile_models
 
+    rpc = _rpc(args)
+    if rpc is not None and (args.merge or args.bundle):
+        raise AutoplaceError(f"--rpc measures on the tracker's servers; {'--merge' if args.merge else '--bundle'} is "
+                             "for machines no network reaches: give one or the other")
     if args.merge:
         given = [flag for flag, on in (("model files", args.models), ("--zoo", args.zoo), ("--bundle", args.bundle),
                                        ("--dir", args.dir), ("--targets", args.targets)) if on]
@@ -315,6 +340,18 @@ def cmd_profile(args) -> int:
         return 0
     # The timer's options are checked when it is made: before any model is loaded or anything written.
     timer = KernelTimer(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
+    if rpc is not None:
+        from .profile.rpc import profile_over_rpc, wait_for_servers
+
+        root = args.out or "profiles"
+        check_output_dir(args.dir or root, "--dir" if args.dir else "--out")
+        wait_for_servers(rpc)  # the tracker answers and knows the key, before any model is loaded
+        models = _load(specs)
+        summary = profile_over_rpc(models, targets, rpc, store=ProfileStore(args.dir) if args.dir else None,
+                                   profiles_root=root, copies=not args.no_copies, end_to_end=not args.no_end_to_end,
+                                   timer=timer, progress=not args.no_progress, redo=args.redo or ())
+        print(json.dumps(summary, indent=1))
+        return 0
     try:
         folder = args.dir or default_profile_dir(args.out or "profiles")
         check_output_dir(folder, "--dir" if args.dir else "--out")
@@ -369,19 +406,26 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    rpc = _rpc(args)
     targets = _targets(args.targets)
     pins, memory = _pins(args.pin, targets), _memory(args.memory, targets)
     manual = _manual(args.manual, targets)
     if args.out:
         check_output_dir(args.out)
+    if rpc is not None:
+        from .profile.rpc import wait_for_servers
+
+        wait_for_servers(rpc)  # the tracker answers and knows the key, before the model is loaded
     ((name, model),) = _load([_one_model_spec(args)])
     _check_pins_on_model(model, pins, targets)
     from .comparison import compare
 
     # compare() resolves every manual plan against the model before it builds the first plan.
-    table = compare(model, None, targets, manual=manual, pins=pins, memory_bytes=memory, rounds=args.rounds)
+    table = compare(model, None, targets, manual=manual, pins=pins, memory_bytes=memory, rounds=args.rounds, rpc=rpc)
     from .show import table_text
 
+    if "hardware_id" in table.attrs:
+        print(f"measured on {table.attrs['hardware_id']} over RPC ({rpc.tracker} key {rpc.key})")
     print(table_text(table))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -459,6 +503,14 @@ def _run(func, *args) -> int:
     return EXIT_BAD_INPUT
 
 
+def _rpc_args(p) -> None:
+    p.add_argument("--rpc", metavar="HOST:PORT",
+                   help="measure on the servers of this TVM RPC tracker (python -m tvm.exec.rpc_tracker)")
+    p.add_argument("--rpc-key", metavar="KEY", help="the servers' --key (one kind of machine)")
+    p.add_argument("--rpc-timeout", type=_positive_seconds, default=60.0,
+                   help="seconds to wait for a free server of the key before giving up (default 60)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoplace", description="Measured, optimal CPU/GPU placement for TVM Relax")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -485,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", help="compile into this folder for another machine instead of measuring here")
     p.add_argument("--merge", help="merge a records.jsonl written by a bundle's runner.py into --out")
     p.add_argument("--no-progress", action="store_true")
+    _rpc_args(p)
     p.set_defaults(func=cmd_profile)
 
     def model_args(p):
@@ -511,6 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--manual", help='JSON {label: {key: target}} of manual placements to compare')
     p.add_argument("--rounds", type=_int_at_least(1), default=5)
     p.add_argument("--out", help="folder for the CSV table")
+    _rpc_args(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("show", help="render a saved plan (from optimize) as a picture",

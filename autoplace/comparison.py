@@ -8,6 +8,7 @@ machine noise hits them alike; the table reports median, min and max over all sa
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Mapping
 
@@ -33,7 +34,7 @@ def _unit_assignment(result: OptimizeResult, op_assignment: dict) -> dict:
 
 def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
             result: OptimizeResult | None = None, rounds: int = 5, repeat: int = 3, check: bool = True,
-            **optimize_kwargs) -> pd.DataFrame:
+            rpc=None, **optimize_kwargs) -> pd.DataFrame:
     """Measure autoplace's plan against the baselines and manual placements, in one process.
 
     Parameters
@@ -50,6 +51,13 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         Timing: ``rounds`` interleaved rounds of ``repeat`` samples per plan.
     check : bool
         Check that every plan computes the same outputs as the first (rtol 1e-4).
+    rpc : RPCConfig, str, dict or pair, optional
+        Time the plans on a machine of a TVM RPC tracker instead of this one
+        (:func:`autoplace.profile.rpc.time_plans`: built here, run there, every plan in one session, the
+        same interleaved rounds), e.g. ``rpc=("10.0.0.5:9190", "gpu-box")`` to plan a CPU+GPU box from a
+        laptop. Unless ``result``, ``costs`` or ``profile_dir`` is given, the plans are priced with that
+        machine's profile (``profiles/<its hardware id>``, see ``autoplace profile --rpc``) where there is
+        one, and nothing is measured on this machine (``measure="never"``).
     **optimize_kwargs
         Passed to :func:`autoplace.optimize` (``pins``, ``memory_bytes``, ``measure="auto"|"never"|"always"``
         ...) when ``result`` is not given.
@@ -69,6 +77,16 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     """
     from .solve import PlacementError, solve
 
+    if rpc is not None:
+        from .profile.rpc import RPCConfig, remote_profile_dir
+
+        rpc = RPCConfig.create(rpc)
+        if result is None:
+            optimize_kwargs.setdefault("measure", "never")  # this machine is not the one measured
+            if optimize_kwargs.get("costs") is None and optimize_kwargs.get("profile_dir") is None:
+                folder, _ = remote_profile_dir(rpc)
+                if os.path.isdir(folder):
+                    optimize_kwargs["profile_dir"] = folder
     if result is None:
         # Check every option before the first plan is built: a bad manual plan must not cost a solve.
         load_kwargs = {k: optimize_kwargs.pop(k) for k in ("example_inputs", "shapes") if k in optimize_kwargs}
@@ -101,6 +119,12 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         unit_assignment = {k: v for k, v in unit_assignment.items() if k in set(result.problem.nodes)}
         predicted, over = _predict(result.problem, unit_assignment)
         plans[f"manual:{label}"] = (predicted + invoke_us, placement, "manual (predicted at kernel level)" + over)
+    if rpc is not None:
+        from .profile.rpc import time_plans
+
+        placed = {name: placement for name, (_, placement, _) in plans.items() if placement is not None}
+        samples, hardware = time_plans(placed, rpc, rounds=rounds, repeat=repeat, check=check)
+        return _table(plans, samples, model, hardware_id=hardware.get("hardware_id"))
     inputs = model.random_inputs(seed=0)
     reference = None
     runners = {}
@@ -122,6 +146,11 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     for _ in range(rounds):
         for name, runner in runners.items():
             samples[name].extend(runner.time_us(inputs, number=number, repeat=repeat))
+    return _table(plans, samples, model)
+
+
+def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) -> pd.DataFrame:
+    """One row per plan: predicted and measured latency, copies, ops per target."""
     rows = []
     for name, (predicted, placement, status) in plans.items():
         row = dict(plan=name, status=status, predicted_us=predicted)
@@ -136,6 +165,8 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         rows.append(row)
     table = pd.DataFrame(rows).set_index("plan")
     table.attrs["model"] = model.name
+    if hardware_id is not None:
+        table.attrs["hardware_id"] = hardware_id  # the machine that ran the plans (over RPC)
     return table
 
 

@@ -113,7 +113,7 @@ def copy_items(targets: TargetSet, src: str, dst: str, copy_sizes=DEFAULT_COPY_S
     return out
 
 
-def staged_module(placement) -> tvm.IRModule:
+def staged_module(placement, tag: str = "plan") -> tvm.IRModule:
     """A placed model's module plus :data:`~.remote_runner.STASH` and :data:`~.remote_runner.BENCH`.
 
     ``STASH(args on device 0)`` copies every argument of ``main`` to its own device and keeps it in the
@@ -121,6 +121,8 @@ def staged_module(placement) -> tvm.IRModule:
     ``main``. A remote VM can then time ``main`` with each weight resident on its device:
     ``VirtualMachine.set_input`` moves every argument to the first device, and a tensor sent over RPC
     reaches the VM as a ``DLTensor*``, which ``main`` does not take. ``main`` itself is unchanged.
+    The cache is global to the process, so its names carry ``tag``: give each executable loaded in one
+    process its own.
     """
     from tvm import relax
 
@@ -138,11 +140,11 @@ def staged_module(placement) -> tvm.IRModule:
                                         and int(vdevice.vdevice_id) == int(first.vdevice_id)))
             value = arg if same else bb.emit(relax.op.to_vdevice(arg, vdevice))
             bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_cache.update"),
-                               [tvm.ir.StringImm(f"{STASH}.{i}"), value, relax.prim_value(tvm.tirx.IntImm("bool", 1))],
+                               [tvm.ir.StringImm(f"{STASH}.{tag}.{i}"), value, relax.prim_value(tvm.tirx.IntImm("bool", 1))],
                                ty_args=[relax.TupleType([])]))
         bb.emit_func_output(relax.Tuple([]))
     with bb.function(BENCH, []):
-        args = [bb.emit(relax.op.call_pure_packed("vm.builtin.tensor_cache.get", tvm.ir.StringImm(f"{STASH}.{i}"),
+        args = [bb.emit(relax.op.call_pure_packed("vm.builtin.tensor_cache.get", tvm.ir.StringImm(f"{STASH}.{tag}.{i}"),
                                                   ty_args=param.ty)) for i, param in enumerate(params)]
         bb.emit_func_output(bb.emit(relax.Call(gvars["main"], args)))
     out = bb.get()
@@ -161,8 +163,10 @@ def plan_item(placement, record: dict, file: str, *, seed: int = 0) -> tuple[dic
     item = dict(record=record, file=file, devices=[[targets[t].kind, targets[t].vdevice_id] for t in targets],
                 arg_devices=[targets[t].index for t in where])
 
+    tag = os.path.splitext(os.path.basename(file))[0]
+
     def write(path):
-        build(staged_module(placement), fuse=placement.fuse).export_library(path)
+        build(staged_module(placement, tag), fuse=placement.fuse).export_library(path)
 
     return item, values, write
 

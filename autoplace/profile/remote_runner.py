@@ -145,23 +145,53 @@ def time_placed_model(tvm, runtime_vm, lib, devices, arrays, arg_devices, timing
     timed), and ``BENCH`` calls ``main`` with them (about 0.2 us per argument more than calling ``main``
     directly). Older bundles: ``main`` with the arguments (possible on this machine only).
     """
+    machine = stage_placed_model(tvm, runtime_vm, lib, devices, arrays)
+    if machine is not None:
+        return summary(time_staged(machine, devices[0], timing))
     machine = runtime_vm.VirtualMachine(lib, devices)
-    try:
-        machine.module.get_function(BENCH)
-        staged = True
-    except Exception:
-        staged = False
-    if staged:
-        machine.set_input(STASH, *[tvm.runtime.tensor(np.asarray(a), devices[0]) for a in arrays])
-        machine.invoke_stateful(STASH)
-        machine[BENCH]()
-        devices[0].sync()
-        timer = machine.time_evaluator(BENCH, devices[0], **timing)
-        return summary(np.asarray(timer().results) * 1e6)
     call_args = [tvm.runtime.tensor(np.asarray(a), devices[d]) for a, d in zip(arrays, arg_devices)]
     machine["main"](*call_args)
     timer = machine.time_evaluator("main", devices[0], **timing)
     return summary(np.asarray(timer(*call_args).results) * 1e6)
+
+
+def stage_placed_model(tvm, runtime_vm, lib, devices, arrays):
+    """A VM of a placed model built with :data:`STASH`/:data:`BENCH`, its arguments uploaded and copied to
+    their devices, one warm-up call made; None for an executable without them (older bundles)."""
+    machine = runtime_vm.VirtualMachine(lib, devices)
+    try:
+        machine.module.get_function(BENCH)
+    except Exception:
+        return None
+    machine.set_input(STASH, *[tvm.runtime.tensor(np.asarray(a), devices[0]) for a in arrays])
+    machine.invoke_stateful(STASH)
+    machine[BENCH]()
+    devices[0].sync()
+    return machine
+
+
+def time_staged(machine, dev, timing):
+    """Samples in microseconds of :data:`BENCH` (``main`` with the staged arguments)."""
+    timer = machine.time_evaluator(BENCH, dev, **timing)
+    return np.asarray(timer().results) * 1e6
+
+
+def staged_outputs(machine):
+    """The outputs of ``main`` on the staged arguments, as numpy arrays (a tuple output flattened)."""
+    machine.set_input(BENCH)
+    machine.invoke_stateful(BENCH)
+    out = machine.get_outputs(BENCH)
+    flat = []
+
+    def walk(value):
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        else:
+            flat.append(value.numpy())
+
+    walk(out)
+    return flat
 
 
 def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None):

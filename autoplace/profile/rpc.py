@@ -214,14 +214,17 @@ class _Tracker:
 
     def nobody(self, timeout_s: float) -> str:
         try:
-            known = sorted(_Tracker(self.config).summary().get("queue_info", {}))
+            tracker = _Tracker(self.config)
+            info = tracker.summary().get("server_info", [])
+            tracker.close()
+            known = sorted({str(s.get("key", "")).split(":", 1)[-1] for s in info})
         except RPCError:
             known = []
         start = START_SERVER.format(tracker=self.config.tracker, key=self.config.key)
         return (f"no RPC server with key {self.config.key!r} answered the tracker at {self.config.tracker} within "
-                f"{timeout_s:.0f} s (keys the tracker knows: {known or 'none'}). Start one on the device "
-                f"(`{start}`), check --rpc-key, or wait longer (request_timeout_s); records written so far are "
-                "kept, and running again measures the rest")
+                f"{timeout_s:.0f} s (keys of the servers it knows: {known or 'none'}). Start one on the device "
+                f"(`{start}`), check --rpc-key, or wait longer (--rpc-timeout, request_timeout_s). Any records "
+                "written before are kept: running again measures the rest")
 
     def close(self):
         if self._sock is not None:
@@ -292,36 +295,34 @@ def _alive(session) -> bool:
 # ------------------------------------------------------------------------------------- which machine
 
 
-def _helper_func():
-    """The TIR helper that copies ``/proc/cpuinfo``, ``/proc/self/status`` and ``uname()`` into byte tensors."""
-    from tvm.script import tirx as T
-
-    @T.prim_func
-    def main(cpuinfo: T.Buffer((65536,), "uint8"), status: T.Buffer((16384,), "uint8"),
-             uname: T.Buffer((2048,), "uint8")):
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        f1 = T.call_extern("handle", "fopen", "/proc/cpuinfo", "r")
-        if not T.isnullptr(f1):
-            T.evaluate(T.call_extern("uint64", "fread", T.address_of(cpuinfo[0]), T.uint64(1), T.uint64(65535), f1))
-            T.evaluate(T.call_extern("int32", "fclose", f1))
-        f2 = T.call_extern("handle", "fopen", "/proc/self/status", "r")
-        if not T.isnullptr(f2):
-            T.evaluate(T.call_extern("uint64", "fread", T.address_of(status[0]), T.uint64(1), T.uint64(16383), f2))
-            T.evaluate(T.call_extern("int32", "fclose", f2))
-        T.evaluate(T.call_extern("int32", "uname", T.address_of(uname[0])))
-
-    return main
+#: The helper as TVMScript, parsed with ``tvm.script.from_source``: ``@T.prim_func`` on a nested function keeps
+#: the caller's frames alive in a reference cycle (its parser holds the stack), and with them the RPC session.
+_HELPER = """
+@T.prim_func
+def main(cpuinfo: T.Buffer((65536,), "uint8"), status: T.Buffer((16384,), "uint8"), uname: T.Buffer((2048,), "uint8")):
+    T.func_attr({"global_symbol": "main", "tir.noalias": True})
+    f1 = T.call_extern("handle", "fopen", "/proc/cpuinfo", "r")
+    if not T.isnullptr(f1):
+        T.evaluate(T.call_extern("uint64", "fread", T.address_of(cpuinfo[0]), T.uint64(1), T.uint64(65535), f1))
+        T.evaluate(T.call_extern("int32", "fclose", f1))
+    f2 = T.call_extern("handle", "fopen", "/proc/self/status", "r")
+    if not T.isnullptr(f2):
+        T.evaluate(T.call_extern("uint64", "fread", T.address_of(status[0]), T.uint64(1), T.uint64(16383), f2))
+        T.evaluate(T.call_extern("int32", "fclose", f2))
+    T.evaluate(T.call_extern("int32", "uname", T.address_of(uname[0])))
+"""
 
 
 def build_hardware_helper(target, folder: str) -> str:
-    """Compile the helper for the CPU of ``target`` (an ``llvm`` target; its ``mcpu`` is dropped so the
-    helper runs on any CPU of that architecture) into ``folder``; returns the library's path."""
+    """Compile the helper (copies ``/proc/cpuinfo``, ``/proc/self/status`` and ``uname()`` into byte tensors)
+    for the CPU of ``target`` (an ``llvm`` target; its ``mcpu`` is dropped so the helper runs on any CPU of
+    that architecture) into ``folder``; returns the library's path."""
     import tvm
 
     config = {k: v for k, v in dict(target.export()).items() if k in ("kind", "mtriple")} \
         if target is not None and target.kind.name == "llvm" else {"kind": "llvm"}
     path = os.path.join(folder, "autoplace_hardware.so")
-    tvm.tirx.build(_helper_func(), target=tvm.target.Target(config)).export_library(path)
+    tvm.tirx.build(tvm.script.from_source(_HELPER), target=tvm.target.Target(config)).export_library(path)
     return path
 
 
@@ -887,3 +888,112 @@ def _build_later(later, workdir) -> None:
             work.build.set_exception(err)
         else:
             work.build.set_result(path)
+
+
+# --------------------------------------------------------------------------------------- end to end
+
+
+def time_plans(placements: dict, rpc, *, rounds: int = 5, repeat: int = 3, check: bool = True, seed: int = 0,
+               log=print) -> tuple[dict, dict]:
+    """Time placed models end to end on one server of an RPC key, in interleaved rounds.
+
+    Every plan is built here (with :func:`~autoplace.profile.remote.staged_module`'s timing functions),
+    uploaded with its inputs (seeded random) and weights, each argument copied to its own device there, and
+    timed as :func:`autoplace.compare` times plans locally: ``rounds`` rounds, each timing every plan
+    ``repeat`` times, ``number`` calls per sample chosen so a sample lasts about 20 ms. All plans run in one
+    session on one server, so they are compared on the same machine.
+
+    Parameters
+    ----------
+    placements : dict
+        ``{plan name: Placement}``.
+    rpc : RPCConfig, str, dict or pair
+    check : bool
+        Check that every plan computes the same outputs as the first (rtol 1e-4), on the server.
+
+    Returns
+    -------
+    (dict, dict)
+        ``{plan name: samples in microseconds}`` and the server's hardware metadata.
+
+    Raises
+    ------
+    RPCError
+        The tracker or the key's servers cannot be reached, or the session is lost.
+    AssertionError
+        A plan computes other numbers than the first (``check``).
+    """
+    import numpy as np
+    import tvm
+    from tvm.runtime import vm as runtime_vm
+
+    from .remote import plan_item
+    from .remote_runner import stage_placed_model, staged_outputs, time_staged
+
+    config = RPCConfig.create(rpc)
+    if not placements:
+        return {}, {}
+    first = next(iter(placements.values()))
+    cpu = next((first.targets[n].target for n in first.targets if first.targets[n].kind == "llvm"), None)
+    with Farm(config, {}, log=log) as farm:
+        meta = farm.open(cpu)
+        missing = [first.targets[n].label for n in first.targets
+                   if not farm.has_device(first.targets[n].kind, first.targets[n].vdevice_id)]
+        if missing:
+            raise RPCError(f"the RPC servers of key {config.key!r} ({meta['hardware_id']}) have no device for "
+                           f"{missing}: give --targets that machine has")
+        built = {}
+        for i, (name, placement) in enumerate(placements.items()):
+            item, values, write = plan_item(placement, {}, f"plan{i}.so", seed=seed)
+            path = os.path.join(farm.workdir, item["file"])
+            write(path)
+            built[name] = (item, values, path)
+        host, port, matchkey = request_server(config)
+        session = farm._session(host, port, matchkey, timeout_s=config.session_timeout_s * (len(built) + rounds))
+        try:
+            farm._check_server(session, (host, port))
+            machines = {}
+            for name, (item, values, path) in built.items():
+                session.upload(path, target=os.path.basename(path))
+                lib = session.load_module(os.path.basename(path))
+                devices = [session.device(_dev_type(k), i) for k, i in item["devices"]]
+                machines[name] = (stage_placed_model(tvm, runtime_vm, lib, devices, values), devices[0])
+            machine, dev = next(iter(machines.values()))
+            one = float(np.median(time_staged(machine, dev, dict(number=1, repeat=3, min_repeat_ms=0))))
+            timing = dict(number=max(1, int(20_000 / max(one, 1.0))), repeat=repeat, min_repeat_ms=0)
+            samples = {name: [] for name in machines}
+            for _ in range(rounds):
+                for name, (machine, dev) in machines.items():
+                    samples[name].extend(time_staged(machine, dev, timing))
+            if check:
+                reference = None
+                for name, (machine, _) in machines.items():
+                    out = staged_outputs(machine)
+                    if reference is None:
+                        reference = out
+                        continue
+                    for a, b in zip(out, reference):
+                        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4,
+                                                   err_msg=f"plan {name} computes other numbers")
+        except (RPCError, AssertionError):
+            raise
+        except Exception as err:
+            if _alive(session):
+                raise
+            raise RPCError(f"lost the session on RPC server {host}:{port} while timing the plans "
+                           f"({error_text(err)}); run the comparison again") from None
+        finally:
+            machines = machine = None
+            del session
+    return {name: np.asarray(s) for name, s in samples.items()}, meta
+
+
+def remote_profile_dir(rpc, root: str | None = None, *, log=print) -> tuple[str, dict]:
+    """``(<profiles root>/<hardware id of the key's machines>, hardware metadata)``: where a profile of the
+    remote machine lives (it may not exist yet)."""
+    from .discover import default_profiles_root
+
+    config = RPCConfig.create(rpc)
+    with Farm(config, {}, log=log) as farm:
+        meta = farm.open()
+    return os.path.join(root or default_profiles_root(), meta["hardware_id"]), meta
