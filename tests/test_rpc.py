@@ -1,0 +1,342 @@
+"""Profiling over TVM's RPC tracker (issue 17), on loopback: a tracker and two servers running a runtime-only TVM
+(the Python package without libtvm_compiler.so, ``TVM_USE_RUNTIME_LIB=1``), started and stopped by the tests."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import pytest
+import tvm
+
+from autoplace import zoo
+from autoplace.errors import ProfilingError, RPCError
+from autoplace.profile import ProfileStore, extract_units
+from autoplace.profile.hardware import measured_by
+from autoplace.profile.rpc import RPCConfig, profile_over_rpc, wait_for_servers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TWO = {"cpu0": "llvm", "cpu1": "llvm"}
+
+
+def runtime_only_tvm(dest) -> str:
+    """A copy of the installed ``tvm`` package without the compiler (as ``experiments/gpu/pack.sh`` packs it for
+    the GPU box); put its parent first on ``PYTHONPATH`` and set ``TVM_USE_RUNTIME_LIB=1``."""
+    site = os.path.dirname(os.path.dirname(tvm.__file__))
+    rt = os.path.join(str(dest), "rt")
+    shutil.copytree(os.path.join(site, "tvm"), os.path.join(rt, "tvm"),
+                    ignore=shutil.ignore_patterns("__pycache__", "libtvm_compiler.so", "3rdparty", "include", "src",
+                                                  "web", "cmake", "licenses"))
+    assert not os.path.exists(os.path.join(rt, "tvm", "lib", "libtvm_compiler.so"))
+    return rt
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Farm:
+    """A tracker and runtime-only servers under one key, each a process group of its own (killed on exit)."""
+
+    def __init__(self, tmp, rt, key="loop", servers=2):
+        self.tmp, self.rt, self.key = str(tmp), rt, key
+        os.makedirs(self.tmp, exist_ok=True)
+        self.port = free_port()
+        self.procs, self.logs = {}, {}
+        try:
+            self._start_all(rt, key, servers)
+        except BaseException:
+            self.close()  # nothing started here outlives a failed start
+            raise
+
+    def _start_all(self, rt, key, servers):
+        self._start("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                                "--port", str(self.port), "--port-end", str(self.port + 1)], {})
+        self._wait(lambda: self._answers(), "the tracker to listen")
+        env = {"PYTHONPATH": rt, "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": "1"}
+        self.server_ports = []
+        for i in range(servers):
+            port = free_port()
+            self.server_ports.append(port)
+            self._start(f"server{i}", [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                       "--port", str(port), "--port-end", str(port + 1),
+                                       "--tracker", self.tracker, "--key", key], env)
+        self._wait(lambda: len(self.registered()) == servers, f"{servers} servers to register")
+
+    @property
+    def tracker(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def config(self) -> RPCConfig:
+        return RPCConfig.create(self.tracker, self.key, request_timeout_s=30)
+
+    def _start(self, name, argv, env):
+        self.logs[name] = os.path.join(self.tmp, f"{name}.log")
+        with open(self.logs[name], "w") as log:  # the child keeps its own descriptor
+            self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                                                env={**os.environ, **env}, start_new_session=True)
+
+    def _answers(self):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            return True
+        return False
+
+    def registered(self):
+        from tvm import rpc
+
+        summary = rpc.connect_tracker("127.0.0.1", self.port).summary()
+        return [tuple(s["addr"]) for s in summary["server_info"] if s["key"] == f"server:{self.key}"]
+
+    def _wait(self, ready, what, timeout=90):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            dead = [n for n, p in self.procs.items() if p.poll() is not None]
+            assert not dead, f"{dead} exited: " + "".join(self.log(n)[-2000:] for n in dead)
+            if ready():
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def log(self, name) -> str:
+        with open(self.logs[name]) as f:
+            return f.read()
+
+    def kill(self, name):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(timeout=30)
+
+    def close(self):
+        for name in list(self.procs):
+            self.kill(name)
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory):
+    return runtime_only_tvm(tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory, rt):
+    farm = Farm(tmp_path_factory.mktemp("farm"), rt)
+    try:
+        yield farm
+    finally:
+        farm.close()
+
+
+JOB = textwrap.dedent(
+    """
+    import json, sys
+    from autoplace import zoo
+    from autoplace.profile import KernelTimer, ProfileStore
+    from autoplace.profile.rpc import RPCConfig, profile_over_rpc
+
+    if __name__ == "__main__":
+        folder, tracker, key, models, ms = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(","), int(sys.argv[5])
+        copies = len(sys.argv) > 6
+        summary = profile_over_rpc([zoo.get(m) for m in models], {"cpu0": "llvm", "cpu1": "llvm"},
+                                   RPCConfig.create(tracker, key, request_timeout_s=30), store=ProfileStore(folder),
+                                   copies=copies, copy_sizes=(4, 4096), timer=KernelTimer(repeat=2, min_repeat_ms=ms),
+                                   progress=False)
+        print("SUMMARY", json.dumps(summary))
+    """
+)
+
+
+def job(tmp_path, farm, folder, models, *, min_repeat_ms=1, copies=True):
+    script = tmp_path / "rpc_job.py"
+    script.write_text(JOB)
+    argv = [sys.executable, str(script), str(folder), farm.tracker, farm.key, ",".join(models), str(min_repeat_ms)]
+    return argv + (["copies"] if copies else [])
+
+
+def records(folder):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ProfileStore(str(folder)).load().records
+
+
+def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_job(tmp_path, farm):
+    folder = tmp_path / "profile"
+    path = folder / "records.jsonl"
+    proc = subprocess.Popen(job(tmp_path, farm, folder, ["cnn", "mlp"]), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if path.exists() and len(path.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-job, maybe mid-write
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == -signal.SIGKILL, out[-3000:]  # it was killed, it did not finish
+    before = records(folder)
+    assert len(before) >= 4
+    run = subprocess.run(job(tmp_path, farm, folder, ["cnn", "mlp"]), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    after = records(folder)
+    units = [r for r in after if r["kind"] == "unit"]
+    expected = {u.key for m in ("cnn", "mlp") for u in extract_units(zoo.get(m), "llvm")}
+    assert {r["key"] for r in units} == expected  # every kernel measured ...
+    assert len(units) == len(expected)  # ... once
+    assert all(r["status"] == "ok" and r.get("median_us", 1) > 0 for r in after), [r for r in after if r["status"] != "ok"]
+    assert {r["key"] for r in after if r["kind"] == "model"} == {"cnn", "mlp"}
+    assert {r["target"] for r in after if r["kind"] == "launch"} == {"llvm:0", "llvm:1"}
+    assert {r["target"] for r in after if r["kind"] == "copy_fit"} == {"llvm:0->llvm:1", "llvm:1->llvm:0"}
+    tags = [(r["kind"], r["key"], r["target"]) for r in after if r["kind"] != "copy"]
+    assert len(tags) == len(set(tags))
+    assert {(r["kind"], r["key"], r["target"]) for r in before} <= set(tags) | {
+        ("copy", r["key"], r["target"]) for r in after}  # nothing that was on disk got lost
+    # The work was shared: both servers loaded kernels.
+    for name in ("server0", "server1"):
+        assert farm.log(name).count("load_module") >= 2, farm.log(name)[-2000:]
+    # The profile is the servers' machine (loopback: this one), found from the remote side.
+    meta = json.loads((folder / "metadata.json").read_text())
+    assert meta["hardware_id"] == measured_by()["hardware_id"] and meta["rpc"].startswith(farm.tracker)
+    assert {r["hardware_id"] for r in after} == {meta["hardware_id"]}
+    # Records identical in form to a local job's (same kinds and fields).
+    local = tmp_path / "local"
+    script = tmp_path / "local_job.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from autoplace import zoo
+        from autoplace.profile import KernelTimer, ProfileStore, profile_models
+        if __name__ == "__main__":
+            profile_models([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, ProfileStore(sys.argv[1]),
+                           copy_sizes=(4, 4096), timer=KernelTimer(repeat=2, min_repeat_ms=1), progress=False)
+    """))
+    done = subprocess.run([sys.executable, str(script), str(local)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    mine = records(local)
+
+    def fields(rows):
+        out = {}
+        for r in rows:
+            out.setdefault(r["kind"], set()).update(r)
+        return out
+
+    assert fields(after) == fields(mine)
+
+
+def test_a_server_killed_mid_job_is_reported_and_its_kernels_measured_on_the_other(tmp_path, rt):
+    farm = Farm(tmp_path / "farm", rt, key="dying")
+    try:
+        folder = tmp_path / "profile"
+        # 400 ms per sample: a server spends most of its time inside an item.
+        proc = subprocess.Popen(job(tmp_path, farm, folder, ["mlp", "seed003"], min_repeat_ms=400,
+                                    copies=False),
+                                start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        victim, item = None, None
+        try:
+            deadline = time.time() + 240
+            while victim is None and time.time() < deadline and proc.poll() is None:
+                for name in ("server0", "server1"):
+                    lines = [line for line in farm.log(name).splitlines() if "INFO" in line]
+                    last = lines[-1] if lines else ""
+                    if "load_module" in last and last.endswith(".so") and not any(
+                            skip in last for skip in ("probe_", "autoplace_hardware")):
+                        victim, item = name, os.path.basename(last.split()[-1])[: -len(".so")]
+                        break
+                time.sleep(0.05)
+            assert victim is not None, "no server was caught timing a kernel"
+            farm.kill(victim)  # while it times `item`
+            out = proc.communicate(timeout=600)[0]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 0, out[-4000:]
+        port = farm.server_ports[int(victim[-1])]
+        assert f"lost the session on RPC server 127.0.0.1:{port}" in out, out[-4000:]
+        assert "measured again" in out
+        rows = records(folder)
+        assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]  # not marked failed
+        key = item.rsplit("_", 1)[0]  # "<unit key>_<kind>" or "model_<name>_<kind>"
+        assert any(r["key"] == key or f"model_{r['key']}" == key for r in rows), (item, [r["key"] for r in rows])
+        expected = {u.key for m in ("mlp", "seed003") for u in extract_units(zoo.get(m), "llvm")}
+        assert {r["key"] for r in rows if r["kind"] == "unit"} == expected
+        survivor = "server1" if victim == "server0" else "server0"
+        assert farm.procs[survivor].poll() is None
+    finally:
+        farm.close()
+
+
+def test_bad_addresses_and_absent_servers_are_clear_errors(tmp_path, farm):
+    with pytest.raises(RPCError, match="HOST:PORT"):
+        RPCConfig.create("localhost:notaport", "k")
+    with pytest.raises(RPCError, match="--rpc-key"):
+        RPCConfig.create(farm.tracker, "two words")
+    closed = free_port()
+    with pytest.raises(RPCError, match=f"cannot reach the RPC tracker at 127.0.0.1:{closed}.*rpc_tracker"):
+        wait_for_servers(RPCConfig.create(f"127.0.0.1:{closed}", "k"))
+    started = time.time()
+    with pytest.raises(RPCError, match=r"no RPC server with key 'nobody'.*\['loop'\].*--key nobody"):
+        profile_over_rpc([zoo.get("seed003")], TWO, RPCConfig.create(farm.tracker, "nobody", request_timeout_s=2),
+                         profiles_root=str(tmp_path / "p"), progress=False)
+    assert time.time() - started < 30
+    assert not (tmp_path / "p").exists()  # nothing written
+    # A folder of other hardware is refused before anything is measured.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metadata.json").write_text(json.dumps({"hardware_id": "some-other-box-8c"}))
+    with pytest.raises(ProfilingError, match="some-other-box-8c"):
+        profile_over_rpc([zoo.get("seed003")], TWO, farm.config, store=ProfileStore(str(other)), progress=False)
+    assert not (other / "records.jsonl").exists()
+    # The command line: one `autoplace: error:` line, exit 2, before any model is loaded.
+    for argv, needle in (([f"--rpc=127.0.0.1:{closed}", "--rpc-key", "k"], "cannot reach the RPC tracker"),
+                         (["--rpc", farm.tracker], "needs --rpc-key"),
+                         (["--rpc", farm.tracker, "--rpc-key", "k", "--bundle", str(tmp_path / "b")], "--bundle")):
+        run = subprocess.run([sys.executable, "-m", "autoplace", "profile", "--zoo", "seed003", *argv],
+                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+        assert run.returncode == 2, run.stderr[-2000:]
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith("autoplace: error:") and needle in last, run.stderr[-2000:]
+
+
+def test_compare_times_plans_on_the_remote_machine(farm):
+    import autoplace
+
+    table = autoplace.compare(zoo.mlp(), None, TWO, manual={"matmuls on cpu1": {"relax.matmul": "cpu1"}},
+                              rounds=2, repeat=2, rpc=farm.config)
+    assert table.attrs["hardware_id"] == measured_by()["hardware_id"]
+    assert {"autoplace", "all:cpu0", "all:cpu1", "greedy", "manual:matmuls on cpu1"} <= set(table.index)
+    assert (table["measured_median_us"] > 0).all()
+    assert table.loc["manual:matmuls on cpu1", "copies"] > 0  # weights on cpu1, copies between the devices
+
+
+def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_job(tmp_path, rt):
+    """The bundle flow shares the RPC path's runner: copied alone next to a runtime-only TVM it still times
+    kernels, probes and placed models, and a merged profile has the launch fields a local job writes."""
+    import autoplace
+    from autoplace.profile.remote import build_bundle, build_plan_bundle, merge_records
+
+    bundle = tmp_path / "bundle"
+    build_bundle([zoo.get("seed003")], TWO, str(bundle), copy_sizes=(4,))
+    build_plan_bundle({("mlp", "matmul-on-cpu1"): autoplace.place(zoo.mlp(), None, {"relax.matmul": "cpu1"}, TWO)},
+                      str(bundle))
+    alone = tmp_path / "device"
+    alone.mkdir()
+    shutil.copytree(bundle, alone / "bundle")
+    env = {**os.environ, "PYTHONPATH": rt, "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "bundle/runner.py", "bundle", "--repeat", "2", "--min-repeat-ms", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=str(alone), env=env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    folder = merge_records(str(alone / "bundle" / "records.jsonl"), str(tmp_path / "profiles"))
+    rows = records(folder)
+    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    launch = [r for r in rows if r["kind"] == "launch"]
+    assert len(launch) == 2 and all({"per_arg_us", "alloc_us_per_byte", "single_call_us"} <= set(r) for r in launch)
+    plan = [r for r in rows if r["kind"] == "plan"]
+    assert len(plan) == 1 and plan[0]["median_us"] > 0 and plan[0]["copies"] > 0
