@@ -103,6 +103,21 @@ def test_matmul_bias_relu_epilogue_fused_into_the_tile():
     assert used == ["Contraction"]
 
 
+@pytest.mark.parametrize("m", [71, 94, 197])
+def test_rows_no_tile_divides_are_padded_to_a_register_tile(m):
+    """71 rows (prime), 94 (2 x 47), 197 (ViT's tokens): no divisor worth a register tile, so the rows are
+    padded (a padded copy of the input, a tile of several rows, the output cropped): right numbers, no
+    write past the output, with and without an epilogue."""
+    check(R.matmul, [(m, 40), (40, 48)], rules={"Contraction"}, reference=lambda a, b: a @ b)
+    check(lambda x, w, b: R.nn.relu(R.add(R.matmul(x, w), b)), [(m, 24), (24, 32), (32,)],
+          rules={"Contraction"}, reference=lambda x, w, b: np.maximum(x @ w + b, 0))
+    (_, func), = _prim_funcs(R.matmul, [(m, 40), (40, 48)])
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    script = scheduled.script()
+    assert f"x0_pad = T.sblock_alloc_buffer((T.int64({-(-m // 8) * 8}), T.int64(40)))" in script  # padded rows
+    assert "T.unroll(" in script
+
+
 def test_epilogue_that_reads_a_value_twice():
     # GELU reads its input twice (x * (0.5 + erf(x / sqrt 2) / 2)): the bias add is recomputed, not lost.
     from scipy.special import erf

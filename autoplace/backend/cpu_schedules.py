@@ -457,6 +457,9 @@ class Contraction(CPUScheduleRule):
     some input (matmul's ``B[k, j]``, conv2d's ``data[c, y + ry, x + rx]``), and injective epilogues.
     """
 
+    #: Rows are padded to a multiple of this when their count has no divisor of at least 4 up to max_rows.
+    ROW_PAD = 8
+
     def __init__(self, max_rows: int = 12, max_vectors: int = 4):
         self.max_rows = max_rows
         self.max_vectors = max_vectors
@@ -523,7 +526,7 @@ class Contraction(CPUScheduleRule):
                 return rd.source.name
         return None
 
-    def apply(self, func, target, _tunable):
+    def apply(self, func, target, _tunable, *, padded: bool = False):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
         sch = s_tir.Schedule(func)
@@ -568,6 +571,14 @@ class Contraction(CPUScheduleRule):
         max_lanes = max(bits // dtype_bits, 1)
         e_v = extent[v_var]
         e_u = extent[u_var] if u_var is not None else 1
+        if not padded and e_u > self.max_rows and max(_divisors(e_u, self.max_rows)) < 4:
+            # Rows with no divisor worth a register tile (71, 197, 2 x 47...) would run one or two rows
+            # per tile, 3-4x slower per FLOP (measured on (71, 2048) @ (2048, 2048)): pad the block's rows
+            # to a multiple of ROW_PAD (TVM's pad_einsum: a padded copy of the inputs, a cropped output)
+            # and schedule that.
+            padding = [self.ROW_PAD if iv.var.same_as(u_var) else 1 for iv in iters]
+            if _attempt(sch.pad_einsum, block, padding):
+                return self.apply(sch.mod["main"], target, _tunable, padded=True)
         lanes, nv, ut = self.tile(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12))
         # Producers: inline plain copies; padding (a conditional) stays its own parallel block.
         for i in range(r):
@@ -607,7 +618,9 @@ class Contraction(CPUScheduleRule):
         epilogue = list(blocks[r + 1:])
         if len(epilogue) > 1:
             epilogue = [b for b in epilogue[:-1] if not _attempt(sch.compute_inline, b)] + epilogue[-1:]
-        if len(epilogue) == 1 and _attempt(sch.reverse_compute_inline, epilogue[0]):
+        # Padded rows: the epilogue covers fewer rows than the tile, and TVM 0.27's reverse_compute_inline
+        # would write the padding rows past the end of the output; it is computed per tile instead.
+        if len(epilogue) == 1 and not padded and _attempt(sch.reverse_compute_inline, epilogue[0]):
             epilogue = []
         leftover = epilogue  # computed per tile below instead
         work = 1
