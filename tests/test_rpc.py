@@ -305,15 +305,22 @@ def test_bad_addresses_and_absent_servers_are_clear_errors(tmp_path, farm):
         assert last.startswith("autoplace: error:") and needle in last, run.stderr[-2000:]
 
 
-def test_compare_times_plans_on_the_remote_machine(farm):
+def test_compare_times_plans_on_the_remote_machine_priced_by_its_profile(tmp_path, farm, monkeypatch):
     import autoplace
+    from autoplace.profile import KernelTimer
 
+    root = tmp_path / "profiles"
+    summary = profile_over_rpc([zoo.mlp()], TWO, farm.config, profiles_root=str(root), copy_sizes=(4, 4096, 1 << 20),
+                               timer=KernelTimer(repeat=2, min_repeat_ms=1), progress=False)
+    assert summary["profile"] == str(root / measured_by()["hardware_id"])
+    monkeypatch.setenv("AUTOPLACE_PROFILES", str(root))  # compare finds profiles/<the servers' id> there
     table = autoplace.compare(zoo.mlp(), None, TWO, manual={"matmuls on cpu1": {"relax.matmul": "cpu1"}},
                               rounds=2, repeat=2, rpc=farm.config)
     assert table.attrs["hardware_id"] == measured_by()["hardware_id"]
     assert {"autoplace", "all:cpu0", "all:cpu1", "greedy", "manual:matmuls on cpu1"} <= set(table.index)
     assert (table["measured_median_us"] > 0).all()
     assert table.loc["manual:matmuls on cpu1", "copies"] > 0  # weights on cpu1, copies between the devices
+    assert (table["predicted_us"] > 0).all()  # priced by the profile just measured over RPC
 
 
 def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_job(tmp_path, rt):

@@ -5,6 +5,7 @@ from .discover import default_profiles_root, find_profiles, measured_here_dir
 from .hardware import hardware_metadata
 from .job import profile_models
 from .measure import KernelTimer
+from .rpc import RPCConfig, profile_over_rpc
 from .store import CorruptRecordWarning, ForeignProfileWarning, ProfileStore, default_profile_dir
 from .units import Unit, extract_units
 
@@ -13,6 +14,7 @@ __all__ = [
     "ForeignProfileWarning",
     "KernelTimer",
     "ProfileStore",
+    "RPCConfig",
     "Unit",
     "default_profile_dir",
     "default_profiles_root",
@@ -21,4 +23,5 @@ __all__ = [
     "hardware_metadata",
     "measured_here_dir",
     "profile_models",
+    "profile_over_rpc",
 ]

@@ -369,15 +369,6 @@ class Work:
         self.losses = 0
 
 
-def done_future(value=None, error: BaseException | None = None) -> cf.Future:
-    future = cf.Future()
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-    return future
-
-
 class Farm:
     """The servers of one key, timing :class:`Work` items one at a time per server.
 
@@ -398,6 +389,7 @@ class Farm:
         self.hardware: dict | None = None
         self.servers: list = []
         self._checked: dict = {}  # server address -> hardware id
+        self._devices: dict = {}  # (kind, index) -> the servers have that device
         self._helper_dir = tempfile.TemporaryDirectory(prefix="autoplace-rpc-")
         self._helper = None
 
@@ -424,10 +416,15 @@ class Farm:
             self.hardware = remote_hardware(session, self._helper, self.tvm_version)
             self.hardware["rpc"] = f"{self.config.tracker} key {self.config.key}"
             self._checked[(host, port)] = self.hardware["hardware_id"]
-            self._devices = {}
             for kind in ("llvm", "cuda"):
                 for index in range(4):
                     self._devices[(kind, index)] = bool(session.device(_dev_type(kind), index).exist)
+        except RPCError:
+            raise
+        except Exception as err:
+            raise RPCError(f"the RPC server {host}:{port} (key {self.config.key!r}) failed while autoplace read its "
+                           f"hardware ({error_text(err)}); check that it runs a TVM runtime of the same version "
+                           f"({self.tvm_version}) on Linux") from None
         finally:
             del session
         return self.hardware
@@ -572,8 +569,8 @@ class Farm:
         return " (the server has left the tracker)" if gone else " (the server is still registered)"
 
 
-class _Lost(Exception):
-    """A session could not be opened or died: the item is measured again."""
+class _Lost(RPCError):
+    """A session could not be opened: a job measures the item again elsewhere; elsewhere it is an RPCError."""
 
 
 def _dev_type(kind: str) -> str:
@@ -636,7 +633,7 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
     else:
         timing, timeout_s = validate_timing(300.0, True, {}), 300.0
     config = RPCConfig.create(rpc)
-    if config.session_timeout_s != timeout_s and timer is not None:
+    if timer is not None:  # its time limit bounds each session, as it bounds each kernel locally
         config = RPCConfig(config.host, config.port, config.key, config.request_timeout_s, timeout_s)
     if copies and (not copy_sizes or any(int(n) <= 0 for n in copy_sizes)):
         raise ProfilingError(f"copy_sizes={copy_sizes!r}: give positive byte counts (default 4 B .. 256 MiB)")
@@ -647,6 +644,7 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
     with Farm(config, timing, log=log) as farm:
         meta = farm.open(cpu)
         log(f"RPC {config.tracker} key {config.key!r}: {len(farm.servers)} server(s), hardware {meta['hardware_id']}")
+        _warn_if_other_cpu(meta, targets, log)
         store = _remote_store(store, profiles_root, meta)
         runnable = [n for n in targets if farm.has_device(targets[n].kind, targets[n].vdevice_id)]
         skipped = [n for n in targets if n not in runnable]
@@ -664,6 +662,19 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
             summary = job.run(extracted, copies=copies, end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes)
     return dict(summary, skipped_targets=skipped, seconds=time.perf_counter() - started,
                 hardware_id=meta["hardware_id"], servers=len(farm.servers), profile=store.path)
+
+
+def _warn_if_other_cpu(meta: dict, targets: TargetSet, log) -> None:
+    """CPU kernels are compiled for *this* machine's CPU unless the target names an ``mcpu``: say so when the
+    servers have another CPU (their kernels may not run there, and every failure is then held, not recorded)."""
+    from .hardware import hardware_metadata
+
+    here = hardware_metadata()["cpu_model"]
+    plain = [n for n in targets if targets[n].kind == "llvm" and not targets[n].target.attrs.get("mcpu")]
+    if plain and meta["cpu_model"] != here:
+        log(f"warning: the servers' CPU is {meta['cpu_model']!r}, this one {here!r}, and targets {plain} name no "
+            "mcpu, so their kernels are compiled for this CPU; name the servers' CPU as LLVM knows it, e.g. "
+            '{"kind": "llvm", "mcpu": "skylake-avx512"}, to profile what a build for them runs')
 
 
 def _remote_store(store, profiles_root, meta):
