@@ -460,10 +460,6 @@ def test_committed_cpu_profile_ranks_held_out_kernels(committed_records):
     assert summarize(res)["spearman"].min() > 0.9
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with the scheduled CPU kernels (issue 13) held-out mlp-base is priced +50% (measured kernels alone miss its "
-    "end to end by -38%: the fidelity gap of hot-cache kernel timing, issues 13 and 11); this passed on the "
-    "unscheduled profile and must pass again once kernels are timed as the model runs them"))
 def test_committed_cpu_profile_predicts_held_out_mlp_end_to_end_thanks_to_the_stride_grid(committed_records):
     """mlp-base's matmuls: a size regime only the stride grid visits when mlp is held out."""
     records = committed_records
