@@ -169,13 +169,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     for name in runnable:
         kinds.setdefault(targets[name].kind, name)  # one profile per target kind
     started = time.perf_counter()
-    extracted = []
-    for item in models:
-        name, model = item if isinstance(item, tuple) else (None, item)
-        model = load_model(model, name=name)
-        graph = op_graph(model)
-        extracted.append((model, graph, {kind: extract_units(model, targets[t].target, graph=graph)
-                                         for kind, t in kinds.items()}))
+    extracted = extract_models(models, targets, kinds)
     summary = _profile_extracted(extracted, targets, kinds, runnable, store, copies=copies,
                                  end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes, timer=timer,
                                  progress=progress, log=log, lock_timeout_s=lock_timeout_s)
@@ -227,6 +221,19 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
                                  end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
                                  progress=progress, log=log, lock_timeout_s=None)
     return dict(summary, seconds=time.perf_counter() - started)
+
+
+def extract_models(models: Iterable, targets, kinds: dict) -> list:
+    """``[(model, op graph, {target kind: [Unit]})]`` for each model (or ``(name, model)``), its kernels
+    extracted for the target profiling each kind (``kinds``: ``{kind: target name}``)."""
+    extracted = []
+    for item in models:
+        name, model = item if isinstance(item, tuple) else (None, item)
+        model = load_model(model, name=name)
+        graph = op_graph(model)
+        extracted.append((model, graph, {kind: extract_units(model, targets[t].target, graph=graph)
+                                         for kind, t in kinds.items()}))
+    return extracted
 
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,

@@ -621,10 +621,8 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
         As the local job, and :class:`~autoplace.errors.RPCError` (one of them) when the tracker or every
         server of the key cannot be reached or goes away, or servers of one key are different machines.
     """
-    from ..frontend import load_model
-    from ..graph import op_graph
+    from .job import extract_models
     from .measure import validate_timing
-    from .units import extract_units
 
     started = time.perf_counter()
     targets = TargetSet(targets)
@@ -649,13 +647,7 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
         runnable = [n for n in targets if farm.has_device(targets[n].kind, targets[n].vdevice_id)]
         skipped = [n for n in targets if n not in runnable]
         kinds = {k: t for k, t in kinds.items() if t in runnable}
-        extracted = []
-        for item in models:
-            name, model = item if isinstance(item, tuple) else (None, item)
-            model = load_model(model, name=name)
-            graph = op_graph(model)
-            extracted.append((model, graph, {kind: extract_units(model, targets[t].target, graph=graph)
-                                             for kind, t in kinds.items()}))
+        extracted = extract_models(models, targets, kinds)
         job = _Job(farm, targets, kinds, runnable, store, meta, timeout_s=timeout_s, log=log, progress=progress,
                    build_workers=build_workers)
         with store.lock(timeout_s=lock_timeout_s, log=log):
