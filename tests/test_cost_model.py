@@ -31,6 +31,7 @@ from autoplace.cost_model import (
     record_features,
 )
 from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
+from autoplace.cost_model.table import MIN_OVERHEAD_RUNS
 from autoplace.cost_model.features import ops_from_func_name, work
 from autoplace.profile import ForeignProfileWarning
 
@@ -473,3 +474,33 @@ def test_committed_cpu_profile_predicts_held_out_mlp_end_to_end_thanks_to_the_st
         errors[name] = res["models"].set_index("model").loc["mlp-base", "e2e_pure_err"]
     assert abs(errors["grid"]) < 0.2, errors
     assert abs(errors["no grid"]) > abs(errors["grid"]), errors
+
+
+def _overhead_records(runs: int, invoke=0.5, launch=0.3, per_arg=0.1):
+    """Kernels of known latency and ``runs`` end-to-end records that take ``invoke + calls * launch +
+    (args - 1) * per_arg`` more than their kernels; the probes say otherwise (0.55, 0.2, 0.2 per argument)."""
+    rng = np.random.default_rng(0)
+    rows = [dict(kind="unit", key=f"k{i}", target="llvm", status="ok", median_us=float(us))
+            for i, us in enumerate(rng.uniform(0.05, 1.0, size=12))]
+    for r in range(runs):
+        calls, args = int(rng.integers(1, 40)), int(rng.integers(1, 50))
+        keys = [f"k{int(i)}" for i in rng.integers(0, 12, size=calls)]
+        kernels = sum(rows[int(k[1:])]["median_us"] for k in keys)
+        e2e = kernels + invoke + calls * launch + (args - 1) * per_arg
+        rows.append(dict(kind="model", key=f"m{r}", target="llvm", status="ok", median_us=e2e * rng.normal(1, 0.003),
+                         unit_keys=keys, num_args=args, output_bytes=0))
+    rows.append(dict(kind="launch", key="vm_call", target="llvm:0", status="ok", median_us=0.2,
+                     single_call_us=0.75, per_arg_us=0.2, alloc_us_per_byte=0.0))
+    return pd.DataFrame(rows)
+
+
+def test_vm_overheads_are_refitted_to_end_to_end_records():
+    table = CostTable(_overhead_records(30))
+    assert table.launch_us("llvm:0") == pytest.approx(0.3, rel=0.1)
+    assert table.invoke_us("llvm:0", num_args=11) == pytest.approx(0.5 + 10 * 0.1, rel=0.1)
+    fit = table.overhead_fit_["llvm:0"]
+    assert fit["runs"] == 30 and fit["probe"]["per_arg_us"] == 0.2
+    # Too few end-to-end records: the probes stand.
+    few = CostTable(_overhead_records(MIN_OVERHEAD_RUNS - 1))
+    assert few.launch_us("llvm:0") == pytest.approx(0.2) and few.invoke_us("llvm:0", num_args=11) == pytest.approx(2.55)
+    assert few.overhead_fit_ == {}

@@ -118,6 +118,21 @@ def test_rows_no_tile_divides_are_padded_to_a_register_tile(m):
     assert "T.unroll(" in script
 
 
+@pytest.mark.parametrize("n", [17, 197])
+def test_output_rows_no_vector_divides_are_padded(n):
+    """Attention over ViT's tokens, (12, n, 64) @ (12, 64, n): no divisor of n worth a vector, so the
+    columns (and rows) are padded rather than left to a scalar predicated tail: right numbers, vector
+    lanes in the scheduled kernel."""
+    check(R.matmul, [(12, n, 64), (12, 64, n)], rules={"Contraction"}, reference=np.matmul)
+    check(lambda x, w, b: R.nn.relu(R.add(R.matmul(x, w), b)), [(n, 24), (24, n), (n,)],
+          rules={"Contraction"}, reference=lambda x, w, b: np.maximum(x @ w + b, 0))
+    (_, func), = _prim_funcs(R.matmul, [(12, n, 64), (12, 64, n)])
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    script = scheduled.script()
+    padded = -(-n // 8) * 8
+    assert f"T.int64({padded})" in script and "T.vectorized(" in script
+
+
 def test_epilogue_that_reads_a_value_twice():
     # GELU reads its input twice (x * (0.5 + erf(x / sqrt 2) / 2)): the bias add is recomputed, not lost.
     from scipy.special import erf

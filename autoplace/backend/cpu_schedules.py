@@ -465,11 +465,29 @@ class Contraction(CPUScheduleRule):
         self.max_vectors = max_vectors
 
     def tile(self, e_v: int, e_u: int, max_lanes: int, budget: int) -> tuple[int, int, int]:
-        """``(lanes, nv, ut)``: a register tile of ``ut`` rows by ``nv`` vectors of ``lanes`` along v.
+        """``(lanes, nv, ut)``: a register tile of ``ut`` rows by ``nv`` vectors of ``lanes`` along v
+        (see :meth:`tile_plan`)."""
+        plan = self.tile_plan(e_v, e_u, max_lanes, budget)
+        return plan["lanes"], plan["nv"], plan["ut"]
+
+    def pads_rows(self, e_u: int) -> bool:
+        """Whether ``e_u`` rows are padded to a multiple of :attr:`ROW_PAD` (no divisor of at least 4
+        up to ``max_rows``)."""
+        return e_u > self.max_rows and max(_divisors(e_u, self.max_rows)) < 4
+
+    def tile_plan(self, e_v: int, e_u: int, max_lanes: int, budget: int) -> dict:
+        """The register tile for an output of ``e_v`` elements along v and ``e_u`` rows, and what it costs.
 
         Chunks of v that divide its extent are preferred (no predicated tail): ``nv`` full vectors, or
         one vector narrower than a register (14 of 16 lanes for a row of 56). The tile that
         needs the fewest loads per useful multiply-add, within ``budget`` accumulator registers, wins.
+
+        Returns
+        -------
+        dict
+            ``lanes``, ``nv``, ``ut``; ``lane_use`` (useful lanes of the vector registers the tile holds),
+            ``loads_per_fma`` (loads per useful multiply-add), ``tail`` (True when no divisor of ``e_v``
+            is worth a vector: a predicated tail TVM leaves scalar).
         """
         options = []
         for width in range(1, min(e_v, self.max_vectors * max_lanes) + 1):
@@ -482,7 +500,8 @@ class Contraction(CPUScheduleRule):
             else:  # an odd width over several registers: LLVM splits it badly (spills)
                 continue
             options.append((lanes, nv))
-        if e_v > max_lanes and not any(lanes * nv >= 4 for lanes, nv in options):
+        tail = e_v > max_lanes and not any(lanes * nv >= 4 for lanes, nv in options)
+        if tail:
             # No divisor worth a vector: full vectors with a predicated tail (TVM leaves such a loop
             # scalar, so this is as slow as the unscheduled kernel, but the tile still gives locality).
             options.append((max_lanes, 1))
@@ -495,9 +514,9 @@ class Contraction(CPUScheduleRule):
                     continue
                 cost = (ut + regs) / (ut * regs) / used  # loads per useful multiply-add
                 if best is None or cost < best[0] - 1e-9:
-                    best = (cost, lanes, nv, ut)
-        _, lanes, nv, ut = best
-        return lanes, nv, ut
+                    best = (cost, lanes, nv, ut, used)
+        cost, lanes, nv, ut, used = best
+        return dict(lanes=lanes, nv=nv, ut=ut, lane_use=used, loads_per_fma=cost, tail=tail)
 
     @staticmethod
     def _pack_buffer(stmt, v_var, u_var, spatial, extent, ut):
@@ -571,15 +590,24 @@ class Contraction(CPUScheduleRule):
         max_lanes = max(bits // dtype_bits, 1)
         e_v = extent[v_var]
         e_u = extent[u_var] if u_var is not None else 1
-        if not padded and e_u > self.max_rows and max(_divisors(e_u, self.max_rows)) < 4:
+        budget = _ACCUMULATORS.get(bits, 12)
+        pad_rows = not padded and self.pads_rows(e_u)
+        pad_columns = not padded and self.tile_plan(e_v, e_u, max_lanes, budget)["tail"]
+        if pad_rows or pad_columns:
             # Rows with no divisor worth a register tile (71, 197, 2 x 47...) would run one or two rows
-            # per tile, 3-4x slower per FLOP (measured on (71, 2048) @ (2048, 2048)): pad the block's rows
-            # to a multiple of ROW_PAD (TVM's pad_einsum: a padded copy of the inputs, a cropped output)
-            # and schedule that.
-            padding = [self.ROW_PAD if iv.var.same_as(u_var) else 1 for iv in iters]
-            if _attempt(sch.pad_einsum, block, padding):
-                return self.apply(sch.mod["main"], target, _tunable, padded=True)
-        lanes, nv, ut = self.tile(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12))
+            # per tile, 3-4x slower per FLOP (measured on (71, 2048) @ (2048, 2048)), and an output row
+            # with no divisor worth a vector (17, 197: attention over ViT's tokens) would run scalar:
+            # pad them to a multiple of ROW_PAD (TVM's pad_einsum: a padded copy of the inputs, a cropped
+            # output) and schedule that. A convolution's columns cannot be padded this way (its input is
+            # read at y + ry): then only its rows are.
+            tries = [(pad_rows, pad_columns)] + ([(pad_rows, False)] if pad_rows and pad_columns else [])
+            for rows, columns in tries:
+                padding = [self.ROW_PAD if (rows and iv.var.same_as(u_var)) or (columns and iv.var.same_as(v_var))
+                           else 1 for iv in iters]
+                trial = s_tir.Schedule(func)
+                if _attempt(trial.pad_einsum, trial.get_child_blocks(_root(trial))[r], padding):
+                    return self.apply(trial.mod["main"], target, _tunable, padded=True)
+        lanes, nv, ut = self.tile(e_v, e_u, max_lanes, budget)
         # Producers: inline plain copies; padding (a conditional) stays its own parallel block.
         for i in range(r):
             if not _has_if_then_else(stmts[i]):

@@ -264,7 +264,10 @@ def leave_one_family_out(
                                    never_held_out=never_held_out, **(band_options or {}))
                 look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
                 side = _side_records(records)
-                table = CostTable(pd.concat([look_train, side], ignore_index=True), model=look)
+                # The VM overheads are refitted to the training families' end-to-end records only.
+                runs_other = records[(records["kind"] == "model") & (records["target"] == kind)]
+                runs_other = runs_other[runs_other["key"].map(family) != fam]
+                table = CostTable(pd.concat([look_train, side, runs_other], ignore_index=True), model=look)
             for name in sorted(held):
                 keys = [k for k in keys_of[name] if k in measured]
                 distinct = list(dict.fromkeys(keys))

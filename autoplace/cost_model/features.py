@@ -488,6 +488,26 @@ TRANSFER_FEATURES = (
     "size_work",
 )
 
+#: The CPU Contraction schedule's register tile of a matmul or convolution anchor
+#: (:meth:`autoplace.backend.cpu_schedules.Contraction.tile_plan`), for 256- and 512-bit vectors (the
+#: model learns which one the profiled machine has): useful lanes, loads per multiply-add, whether the
+#: output's innermost axis is left to a scalar predicated tail, rows per tile; the share of padded rows
+#: and of padded columns (matmul only: a convolution's columns are not padded); the stride of the vector operand along the output's innermost axis (strided conv: gathers).
+#: Added after :data:`TRANSFER_FEATURES` (no earlier feature changed).
+SCHEDULE_FEATURES = (
+    "sched_lane_use_256",
+    "sched_loads_256",
+    "sched_tail_256",
+    "sched_rows_256",
+    "sched_lane_use_512",
+    "sched_loads_512",
+    "sched_tail_512",
+    "sched_rows_512",
+    "sched_row_pad",
+    "sched_col_pad",
+    "sched_v_stride",
+)
+
 
 def transcendentals_per_element(ops) -> float:
     """Transcendental evaluations per output element of a kernel fusing ``ops`` (:data:`TRANSCENDENTALS`)."""
@@ -578,6 +598,85 @@ def _transfer_features(record: Mapping, ops: list, out_shape: list, out_elems: i
     return feats
 
 
+def _tile_axes(record: Mapping) -> tuple[int, int, int] | None:
+    """``(e_v, e_u, v_stride)`` of a matmul or convolution anchor as the Contraction schedule tiles it:
+    the output's innermost extent (vector axis), the rows it tiles (an output axis the vector operand
+    does not read: matmul ``M``, conv output channels; output rows where groups tie channels to the
+    input), and the stride of the vector operand along v. None for other anchors."""
+    op = str(_get(record, "anchor_op", ""))
+    name, cls = short_name(op), op_class(op)
+    shapes = _shapes(_get(record, "anchor_input_shapes"))
+    if len(shapes) < 2 or not shapes[0] or not shapes[1]:
+        return None
+    if cls == "matmul":
+        a, b = shapes[0], shapes[1]
+        a = a if len(a) >= 2 else [1] + list(a)
+        b = b if len(b) >= 2 else list(b) + [1]
+        m, n, batch = a[-2], b[-1], max(_prod(a[:-2]), 1)
+        return n, (m if m > 1 else batch), 1
+    if cls != "conv" or name.endswith("transpose"):
+        return None
+    attrs = _get(record, "anchor_attrs", {}) or {}
+    attrs = attrs if isinstance(attrs, Mapping) else {}
+    data, weight = shapes[0], shapes[1]
+    nd = len(data) - 2
+    layout = str(attrs.get("data_layout") or ("NCHW" if nd == 2 else "NCW"))
+    klayout = str(attrs.get("kernel_layout") or ("OIHW" if nd == 2 else "OIW"))
+    if nd < 1 or len(layout) != len(data) or len(klayout) != len(weight):
+        return None
+    spatial = [data[i] for i, ch in enumerate(layout) if ch not in "NC"]
+    ksp = [weight[i] for i, ch in enumerate(klayout) if ch not in "OI"]
+    strides = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilation") or [1] * nd)
+    pad = list(attrs.get("padding") or [0] * (2 * nd))
+    pad = pad + [0] * (2 * nd - len(pad))
+    out = [(spatial[i] + pad[i] + pad[i + nd] - dil[i] * (ksp[i] - 1) - 1) // max(1, strides[i]) + 1
+           for i in range(nd)]
+    cout, groups = weight[klayout.index("O")], int(attrs.get("groups", 1) or 1)
+    if layout.endswith("C"):  # channels last: vectors along output channels, rows along the width
+        return cout, out[-1], 1
+    rows = cout if groups == 1 else (out[-2] if nd >= 2 else 1)
+    return out[-1], rows, int(strides[-1])
+
+
+def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
+    """The :data:`SCHEDULE_FEATURES` of a CPU record (NaN for other anchors and other targets)."""
+    target = str(_get(record, "target", "llvm") or "llvm")
+    if not target.startswith(("llvm", "cpu")):
+        return {}
+    try:
+        axes = _tile_axes(record)
+    except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
+        return {}
+    if axes is None or min(axes[:2]) < 1:
+        return {}
+    from ..backend.cpu_schedules import _ACCUMULATORS, Contraction
+
+    e_v, e_u, v_stride = axes
+    rule = Contraction()
+    matmul = op_class(str(_get(record, "anchor_op", ""))) == "matmul"
+    feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=float(v_stride))
+
+    def padded(extent):
+        return -(-extent // rule.ROW_PAD) * rule.ROW_PAD
+
+    pad_rows = rule.pads_rows(e_u)
+    if pad_rows:
+        feats["sched_row_pad"] = (padded(e_u) - e_u) / padded(e_u)
+    lanes = max(512 // max(dtype_bits, 1), 1)  # (the padding decision at 256 bits differs for few widths)
+    if matmul and rule.tile_plan(e_v, e_u, lanes, _ACCUMULATORS[512])["tail"]:
+        feats["sched_col_pad"] = (padded(e_v) - e_v) / padded(e_v)
+        e_v = padded(e_v)
+    e_u = padded(e_u) if pad_rows else e_u
+    for bits in (256, 512):
+        plan = rule.tile_plan(e_v, e_u, max(bits // max(dtype_bits, 1), 1), _ACCUMULATORS[bits])
+        feats[f"sched_lane_use_{bits}"] = plan["lane_use"]
+        feats[f"sched_loads_{bits}"] = plan["loads_per_fma"]
+        feats[f"sched_tail_{bits}"] = float(plan["tail"])
+        feats[f"sched_rows_{bits}"] = float(plan["ut"])
+    return feats
+
+
 # -- the feature dict ------------------------------------------------------------------------------
 def feature_names() -> list[str]:
     """Names of :func:`record_features`, in a fixed order (independent of any data)."""
@@ -614,6 +713,7 @@ def feature_names() -> list[str]:
         "mem_level",
     ]
     names += list(TRANSFER_FEATURES)
+    names += list(SCHEDULE_FEATURES)
     return names
 
 
@@ -684,6 +784,7 @@ def record_features(record: Mapping) -> dict:
     feats.update(geometry)
     feats.update(_stream_features(stream, eb))
     feats.update(_transfer_features(record, ops, out0, out_elems, bytes_in + bytes_out))
+    feats.update(_schedule_features(record, _bits(anchor_dtypes[0])))
     return feats
 
 
