@@ -31,8 +31,8 @@ from autoplace.cost_model import (
     record_features,
 )
 from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
-from autoplace.cost_model.table import MIN_OVERHEAD_RUNS
 from autoplace.cost_model.features import ops_from_func_name, work
+from autoplace.cost_model.table import MIN_OVERHEAD_RUNS
 from autoplace.profile import ForeignProfileWarning
 
 HW = "test-hw-2c"
