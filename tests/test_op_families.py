@@ -9,7 +9,7 @@ import pytest
 
 import autoplace
 from autoplace.cost_model import feature_names, features_from_unit, record_features
-from autoplace.cost_model.features import TRANSFER_FEATURES
+from autoplace.cost_model.features import SCHEDULE_FEATURES, TRANSFER_FEATURES
 from autoplace.graph import op_graph
 from autoplace.op_families import FAMILIES, MAX_MACS, family_of, op_family_models
 from autoplace.profile import extract_units
@@ -183,7 +183,10 @@ def test_reduction_gather_and_movement_features(units):
 
 def test_new_features_come_after_the_old_ones_and_old_models_still_predict(units):
     names = feature_names()
-    assert names[-len(TRANSFER_FEATURES):] == list(TRANSFER_FEATURES)
+    # Each later group is appended: transfer features, then the CPU schedule's tile features.
+    assert names[-len(SCHEDULE_FEATURES):] == list(SCHEDULE_FEATURES)
+    tail = names[: -len(SCHEDULE_FEATURES)]
+    assert tail[-len(TRANSFER_FEATURES):] == list(TRANSFER_FEATURES)
     assert len(set(names)) == len(names)
     recs = [r for us in units.values() for _, r in us]
     for rec in recs[:: max(1, len(recs) // 40)]:
