@@ -22,37 +22,34 @@ import autoplace
 from autoplace import zoo
 from autoplace.cost_model import CostTable
 from autoplace.cost_model.evaluate import family
-from autoplace.cost_model.table import fit_vm_overhead
 from autoplace.profile import ProfileStore, profile_models
 
 
-def predicted_from_records(df: pd.DataFrame, model_name: str, kind: str = "llvm", reference=None) -> dict:
+def predicted_from_records(df: pd.DataFrame, model, kind: str = "llvm", reference=None) -> dict:
     """Kernels + VM overheads (the probes of this run) vs the end-to-end time of this run; with
-    ``reference`` (the committed profile's records), also with the overheads refitted to its end-to-end
-    records, this model's family left out (:func:`autoplace.cost_model.table.fit_vm_overhead`)."""
+    ``reference`` (the committed profile's records), also with the overheads :class:`CostTable` refits to its
+    end-to-end records, this model's family left out (:func:`autoplace.cost_model.table.fit_vm_overhead`)."""
     units = df[(df.kind == "unit") & (df.status == "ok") & (df.target == kind)]
     units = units.drop_duplicates("key", keep="last").set_index("key")["median_us"]  # the newest record wins
-    model = df[(df.kind == "model") & (df.key == model_name) & (df.target == kind)].iloc[-1]
-    keys = list(model["unit_keys"])
+    run = df[(df.kind == "model") & (df.key == model.name) & (df.target == kind)].iloc[-1]
+    keys = list(run["unit_keys"])
     kernels_us = float(sum(units[k] for k in keys))
-    table = CostTable(df)  # one run's five models: too few end-to-end records to refit, so the probes
-    label = next(k for k in table.launch_ if k.startswith(kind))
-    call = dict(num_args=len(zoo.parse(model_name).main.params),
-                output_bytes=autoplace.op_graph(zoo.parse(model_name)).nodes["output"]["output_bytes"])
-    overhead_us = table.invoke_us(label, **call) + len(keys) * table.launch_us(label)
-    predicted = kernels_us + overhead_us
-    measured = float(model["median_us"])
-    row = dict(model=model_name, kernels=len(keys), unique_kernels=len(set(keys)), kernels_us=kernels_us,
-               call_overhead_us=overhead_us, predicted_us=predicted, measured_us=measured,
-               error=predicted / measured - 1.0)
+    call = dict(num_args=len(model.main.params),
+                output_bytes=autoplace.op_graph(model).nodes["output"]["output_bytes"])
+
+    def overhead_us(table):
+        label = next(k for k in table.launch_ if k.startswith(kind))
+        return table.invoke_us(label, **call) + len(keys) * table.launch_us(label)
+
+    probed = overhead_us(CostTable(df))  # one run's five models: too few end-to-end records to refit
+    measured = float(run["median_us"])
+    row = dict(model=model.name, kernels=len(keys), unique_kernels=len(set(keys)), kernels_us=kernels_us,
+               call_overhead_us=probed, predicted_us=kernels_us + probed, measured_us=measured,
+               error=(kernels_us + probed) / measured - 1.0)
     if reference is not None:
-        probe = dict(invoke_us=table.invoke_[label], launch_us=table.launch_[label],
-                     per_arg_us=table.per_arg_.get(label, 0.0), alloc_us_per_byte=table.alloc_.get(label, 0.0))
-        others = reference[~((reference.kind == "model") & (reference.key.map(family) == family(model_name)))]
-        fit = fit_vm_overhead(others, kind, probe)
-        if fit is not None:
-            fitted = (fit["invoke_us"] + fit["per_arg_us"] * max(0, call["num_args"] - 1)
-                      + probe["alloc_us_per_byte"] * call["output_bytes"] + len(keys) * fit["launch_us"])
+        others = CostTable(reference[~((reference.kind == "model") & (reference.key.map(family) == family(model.name)))])
+        if others.overhead_fit_:
+            fitted = overhead_us(others)
             row.update(fitted_overhead_us=fitted, fitted_error=(kernels_us + fitted) / measured - 1.0)
     return row
 
@@ -75,7 +72,7 @@ def main(argv=None):
         if os.path.exists(os.path.join(args.reference, "records.jsonl")):
             reference = ProfileStore(args.reference).records()
         for model in models:
-            rows.append(predicted_from_records(df, model.name, reference=reference))
+            rows.append(predicted_from_records(df, model, reference=reference))
         meta = store.metadata
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -464,12 +464,6 @@ class Contraction(CPUScheduleRule):
         self.max_rows = max_rows
         self.max_vectors = max_vectors
 
-    def tile(self, e_v: int, e_u: int, max_lanes: int, budget: int) -> tuple[int, int, int]:
-        """``(lanes, nv, ut)``: a register tile of ``ut`` rows by ``nv`` vectors of ``lanes`` along v
-        (see :meth:`tile_plan`)."""
-        plan = self.tile_plan(e_v, e_u, max_lanes, budget)
-        return plan["lanes"], plan["nv"], plan["ut"]
-
     def pads_rows(self, e_u: int) -> bool:
         """Whether ``e_u`` rows are padded to a multiple of :attr:`ROW_PAD` (no divisor of at least 4
         up to ``max_rows``)."""
@@ -592,7 +586,8 @@ class Contraction(CPUScheduleRule):
         e_u = extent[u_var] if u_var is not None else 1
         budget = _ACCUMULATORS.get(bits, 12)
         pad_rows = not padded and self.pads_rows(e_u)
-        pad_columns = not padded and self.tile_plan(e_v, e_u, max_lanes, budget)["tail"]
+        plan = self.tile_plan(e_v, e_u, max_lanes, budget)
+        pad_columns = not padded and plan["tail"]
         if pad_rows or pad_columns:
             # Rows with no divisor worth a register tile (71, 197, 2 x 47...) would run one or two rows
             # per tile, 3-4x slower per FLOP (measured on (71, 2048) @ (2048, 2048)), and an output row
@@ -607,7 +602,7 @@ class Contraction(CPUScheduleRule):
                 trial = s_tir.Schedule(func)
                 if _attempt(trial.pad_einsum, trial.get_child_blocks(_root(trial))[r], padding):
                     return self.apply(trial.mod["main"], target, _tunable, padded=True)
-        lanes, nv, ut = self.tile(e_v, e_u, max_lanes, budget)
+        lanes, nv, ut = plan["lanes"], plan["nv"], plan["ut"]
         # Producers: inline plain copies; padding (a conditional) stays its own parallel block.
         for i in range(r):
             if not _has_if_then_else(stmts[i]):

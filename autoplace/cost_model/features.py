@@ -310,24 +310,34 @@ def _matmul(a, b, eb) -> tuple[dict, list]:
     return f, [(n, k)]
 
 
-def _conv(attrs, shapes, eb) -> tuple[dict, list]:
-    data, weight = shapes[0], shapes[1]
+def _conv_geometry(attrs, data, weight) -> dict | None:
+    """A convolution's layouts, channels, window, strides, padding and output size (None when the layouts do
+    not match the shapes)."""
     nd = len(data) - 2
-    layout = str(attrs.get("data_layout", "NCHW" if nd == 2 else "NCW"))
-    klayout = str(attrs.get("kernel_layout", "OIHW" if nd == 2 else "OIW"))
-    if len(layout) != len(data) or len(klayout) != len(weight):
-        return {}, []
-    c = data[layout.index("C")]
+    layout = str(attrs.get("data_layout") or ("NCHW" if nd == 2 else "NCW"))
+    klayout = str(attrs.get("kernel_layout") or ("OIHW" if nd == 2 else "OIW"))
+    if nd < 1 or len(layout) != len(data) or len(klayout) != len(weight):
+        return None
     spatial = [data[i] for i, ch in enumerate(layout) if ch not in "NC"]
     ksp = [weight[i] for i, ch in enumerate(klayout) if ch not in "OI"]
-    o = weight[klayout.index("O")]
-    groups = int(attrs.get("groups", 1) or 1)
     strides = list(attrs.get("strides") or [1] * nd)
     dil = list(attrs.get("dilation") or [1] * nd)
     pad = list(attrs.get("padding") or [0] * (2 * nd))
     pad = pad + [0] * (2 * nd - len(pad)) if len(pad) < 2 * nd else pad
     padded = [spatial[i] + pad[i] + pad[i + nd] for i in range(nd)]
     out = [(padded[i] - dil[i] * (ksp[i] - 1) - 1) // max(1, strides[i]) + 1 for i in range(nd)]
+    return dict(nd=nd, layout=layout, c=data[layout.index("C")], cout=weight[klayout.index("O")],
+                groups=int(attrs.get("groups", 1) or 1), spatial=spatial, ksp=ksp, strides=strides, dil=dil,
+                pad=pad, padded=padded, out=out)
+
+
+def _conv(attrs, shapes, eb) -> tuple[dict, list]:
+    geo = _conv_geometry(attrs, shapes[0], shapes[1])
+    if geo is None:
+        return {}, []
+    nd, layout, c, o, groups = geo["nd"], geo["layout"], geo["c"], geo["cout"], geo["groups"]
+    spatial, ksp, strides, dil, pad, padded, out = (geo[k] for k in ("spatial", "ksp", "strides", "dil", "pad",
+                                                                     "padded", "out"))
     h, w = (spatial + [1, 1])[:2] if nd >= 2 else (1, spatial[0])
     kh, kw = (ksp + [1, 1])[:2] if nd >= 2 else (1, ksp[0])
     oh, ow = (out + [1, 1])[:2] if nd >= 2 else (1, out[0])
@@ -617,26 +627,14 @@ def _tile_axes(record: Mapping) -> tuple[int, int, int] | None:
     if cls != "conv" or name.endswith("transpose"):
         return None
     attrs = _get(record, "anchor_attrs", {}) or {}
-    attrs = attrs if isinstance(attrs, Mapping) else {}
-    data, weight = shapes[0], shapes[1]
-    nd = len(data) - 2
-    layout = str(attrs.get("data_layout") or ("NCHW" if nd == 2 else "NCW"))
-    klayout = str(attrs.get("kernel_layout") or ("OIHW" if nd == 2 else "OIW"))
-    if nd < 1 or len(layout) != len(data) or len(klayout) != len(weight):
+    geo = _conv_geometry(attrs if isinstance(attrs, Mapping) else {}, shapes[0], shapes[1])
+    if geo is None:
         return None
-    spatial = [data[i] for i, ch in enumerate(layout) if ch not in "NC"]
-    ksp = [weight[i] for i, ch in enumerate(klayout) if ch not in "OI"]
-    strides = list(attrs.get("strides") or [1] * nd)
-    dil = list(attrs.get("dilation") or [1] * nd)
-    pad = list(attrs.get("padding") or [0] * (2 * nd))
-    pad = pad + [0] * (2 * nd - len(pad))
-    out = [(spatial[i] + pad[i] + pad[i + nd] - dil[i] * (ksp[i] - 1) - 1) // max(1, strides[i]) + 1
-           for i in range(nd)]
-    cout, groups = weight[klayout.index("O")], int(attrs.get("groups", 1) or 1)
-    if layout.endswith("C"):  # channels last: vectors along output channels, rows along the width
+    out, cout, groups, nd = geo["out"], geo["cout"], geo["groups"], geo["nd"]
+    if geo["layout"].endswith("C"):  # channels last: vectors along output channels, rows along the width
         return cout, out[-1], 1
     rows = cout if groups == 1 else (out[-2] if nd >= 2 else 1)
-    return out[-1], rows, int(strides[-1])
+    return out[-1], rows, int(geo["strides"][-1])
 
 
 def _schedule_features(record: Mapping, dtype_bits: int) -> dict:

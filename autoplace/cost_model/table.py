@@ -81,7 +81,7 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | Non
     kernels`` (:func:`autoplace.cost_model.evaluate.end_to_end_us`). The profiler measures ``invoke``,
     ``launch`` and ``per_arg`` with small probe modules (``kind="launch"``); on the reference CPU profile
     their sum over-priced the small zoo models by 13-30% (0.19 us per argument where the models' own
-    records say about 0.09). This fits the three terms to every ``kind="model"`` record of ``kind``
+    records say about 0.07). This fits the three terms to every ``kind="model"`` record of ``kind``
     whose kernels are all measured, by least squares on the relative error with a soft L1 loss
     (:data:`OVERHEAD_FIT_SCALE`), each term >= 0, starting from the probes.
 
@@ -212,18 +212,22 @@ class CostTable:
         self.model = model
 
     def _fit_overheads(self, df: pd.DataFrame) -> None:
-        """Replace each device's probed VM overheads with :func:`fit_vm_overhead` where it applies."""
-        for label in list(self.launch_):
-            if label not in self.invoke_:
-                continue
-            probe = dict(invoke_us=self.invoke_[label], launch_us=self.launch_[label],
-                         per_arg_us=self.per_arg_.get(label, 0.0), alloc_us_per_byte=self.alloc_.get(label, 0.0))
-            fit = fit_vm_overhead(df, kind_of_label(label), probe)
+        """Replace the probed VM overheads with :func:`fit_vm_overhead`, once per target kind (the end-to-end
+        records say nothing about which device of a kind ran them), where it applies."""
+        labels = [label for label in self.launch_ if label in self.invoke_]
+        for kind in sorted({kind_of_label(label) for label in labels}):
+            mine = [label for label in labels if kind_of_label(label) == kind]
+            probe = dict(invoke_us=float(np.mean([self.invoke_[k] for k in mine])),
+                         launch_us=float(np.mean([self.launch_[k] for k in mine])),
+                         per_arg_us=float(np.mean([self.per_arg_.get(k, 0.0) for k in mine])),
+                         alloc_us_per_byte=float(np.mean([self.alloc_.get(k, 0.0) for k in mine])))
+            fit = fit_vm_overhead(df, kind, probe)
             if fit is None:
                 continue
-            self.overhead_fit_[label] = dict(fit, probe=probe)
-            self.invoke_[label], self.launch_[label] = fit["invoke_us"], fit["launch_us"]
-            self.per_arg_[label] = fit["per_arg_us"]
+            for label in mine:
+                self.overhead_fit_[label] = dict(fit, probe=probe)
+                self.invoke_[label], self.launch_[label] = fit["invoke_us"], fit["launch_us"]
+                self.per_arg_[label] = fit["per_arg_us"]
 
     @classmethod
     def from_profile(cls, profile_dir: str, model: CostModel | str | None = "auto") -> CostTable:
