@@ -390,23 +390,25 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
 
     runnable = [t for t in targets if t not in targets.unavailable()]
     here_kinds = {targets[t].kind for t in runnable}
+    # What another machine measured prices nothing this machine can measure itself.
+    own = measured_on_this_machine(costs)
     missing = {}
     for kind, units in kernels.items():
         if kind not in here_kinds:
             continue
         # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
-        todo = [u for u in units if redo or ((u.key, kind) not in costs.measured_
-                                             and (u.key, kind) not in costs.unsupported_)]
+        todo = [u for u in units if redo or ((u.key, kind) not in own.measured_
+                                             and (u.key, kind) not in own.unsupported_)]
         if todo:
             missing[kind] = todo
     # The VM's call overheads (``kind="launch"``) come with the copies: a machine never profiled has neither.
-    copies = any(math.isnan(costs.launch_us(targets[t].label, default=math.nan)) for t in runnable)
+    copies = any(math.isnan(own.launch_us(targets[t].label, default=math.nan)) for t in runnable)
     for src in runnable:
         for dst in runnable:
             if src == dst:
                 continue
             try:
-                costs.copy_cost(targets[src].label, targets[dst].label)
+                own.copy_cost(targets[src].label, targets[dst].label)
             except CopyCostError:
                 copies = True
     if not missing and not copies:
@@ -423,6 +425,19 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         warnings.simplefilter("ignore")
         new = store.records(allow_foreign=True)
     return CostTable(pd.concat([costs.records, new], ignore_index=True), model=costs.model)
+
+
+def measured_on_this_machine(costs):
+    """``costs`` restricted to the records measured on this machine (its hardware id; records that name no
+    machine count as this one's): what ``measure="auto"`` need not measure again."""
+    from .cost_model import CostTable
+    from .profile.hardware import measured_by
+
+    records = costs.records
+    if "hardware_id" not in records:
+        return costs
+    here = records["hardware_id"].isna() | (records["hardware_id"] == measured_by()["hardware_id"])
+    return costs if bool(here.all()) else CostTable(records[here])
 
 
 def invoke_us(costs, targets: TargetSet, placement: Placement) -> float:

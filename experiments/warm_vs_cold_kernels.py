@@ -3,9 +3,11 @@
 The profiler times each kernel with ``time_evaluator`` repeating it on the same arguments, so a kernel's
 weights stay in cache between repeats. A model reads each weight once per call. For each model, in one
 process and in interleaved rounds: the all-CPU build end to end (median), the sum over its kernel launches of
-each kernel timed warm (as the profiler does) and with every argument but the first flushed from the cache
-before each run (``f_preproc="cache_flush_cpu_non_first_arg"``: weights, and also outputs and second
-activations). Neither sum includes the VM's call overheads (a few us per model).
+each kernel timed warm (as the profiler does), with only the model's weights flushed from every cache level
+before each run (TVM's ``clflush`` of exactly the arguments that are ``main``'s weight parameters,
+``Unit.weight_args``), and with every argument but the first flushed
+(``f_preproc="cache_flush_cpu_non_first_arg"``: weights, and also outputs and second activations). No sum
+includes the VM's call overheads (a few us per model).
 
     python experiments/warm_vs_cold_kernels.py [--models mlp-base bert-base ...] [--rounds 3]
 
@@ -22,6 +24,8 @@ import pandas as pd
 
 DEFAULT_MODELS = ("mlp-base", "bert-base", "t5-encoder-base", "cnn-base", "inception-base", "bert", "cnn")
 FLUSH = "cache_flush_cpu_non_first_arg"
+FLUSH_WEIGHTS = "autoplace.experiments.flush_weights"
+MODES = ("warm", "weights_flushed", "flushed")
 
 
 def compiled_kernels(model, graph):
@@ -44,13 +48,30 @@ def compiled_kernels(model, graph):
     return units, kernels
 
 
-def kernel_sum_us(units, kernels, flush: bool) -> float:
+def _register_weight_flush(weight_args) -> str:
+    """Register (again) the preprocessing function that flushes the arguments ``weight_args`` only."""
     import tvm
 
+    flush = tvm.get_global_func(FLUSH)  # skips its first argument: give it a placeholder there
+    placeholder = tvm.runtime.tensor(np.zeros(1, "float32"))
+    tvm.register_global_func(FLUSH_WEIGHTS, lambda *args: flush(placeholder, *[args[i] for i in weight_args]),
+                             override=True)
+    return FLUSH_WEIGHTS
+
+
+def kernel_sum_us(units, kernels, mode: str) -> float:
+    """Sum over the model's kernel launches of each kernel's median time in ``mode`` (one of MODES)."""
+    import tvm
+
+    weight_args = {u.key: u.weight_args for u in units}
     per = {}
     for key, (lib, args) in kernels.items():
-        timer = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=5, min_repeat_ms=0 if flush else 10,
-                                   f_preproc=FLUSH if flush else "")
+        if mode == "warm" or (mode == "weights_flushed" and not weight_args[key]):
+            preproc, min_ms = "", 10
+        else:
+            preproc = FLUSH if mode == "flushed" else _register_weight_flush(weight_args[key])
+            min_ms = 0  # one run per sample: only the first run after a flush is cold
+        timer = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=5, min_repeat_ms=min_ms, f_preproc=preproc)
         per[key] = float(np.median(timer(*args).results)) * 1e6
     return sum(per[u.key] for u in units)
 
@@ -75,17 +96,22 @@ def main(argv=None):
         number = max(1, int(20_000 / float(np.median(runner.time_us(inputs, repeat=3)))))
         for round_ in range(args.rounds):
             e2e = float(np.median(runner.time_us(inputs, number=number, repeat=5)))
-            warm, cold = kernel_sum_us(units, kernels, False), kernel_sum_us(units, kernels, True)
-            rows.append(dict(model=spec, round=round_, kernels=len(units), end_to_end_us=e2e, warm_sum_us=warm,
-                             flushed_sum_us=cold, warm_err=warm / e2e - 1, flushed_err=cold / e2e - 1))
-            print(f"{spec} round {round_}: end to end {e2e:.1f} us, kernels warm {warm:.1f} ({warm / e2e - 1:+.0%}), "
-                  f"flushed {cold:.1f} ({cold / e2e - 1:+.0%})", flush=True)
+            sums = {mode: kernel_sum_us(units, kernels, mode) for mode in MODES}
+            rows.append(dict(model=spec, round=round_, kernels=len(units), weight_bytes=model.weight_nbytes,
+                             end_to_end_us=e2e, **{f"{m}_sum_us": v for m, v in sums.items()},
+                             **{f"{m}_err": v / e2e - 1 for m, v in sums.items()}))
+            print(f"{spec} round {round_}: end to end {e2e:.1f} us, kernels "
+                  + ", ".join(f"{m} {v:.1f} ({v / e2e - 1:+.0%})" for m, v in sums.items()), flush=True)
     table = pd.DataFrame(rows)
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm_vs_cold_kernels.csv")
     table.to_csv(out, index=False)
-    print(table.groupby("model")[["warm_err", "flushed_err"]].agg(["min", "median", "max"]).to_string(
+    print(table.groupby("model")[[f"{m}_err" for m in MODES]].agg(["min", "median", "max"]).to_string(
         float_format=lambda v: f"{v:+.1%}"))
-    print(f"wrote {out} (TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')})")
+    from autoplace.profile.hardware import hardware_metadata
+
+    meta = hardware_metadata()
+    print(f"wrote {out} on {meta['hardware_id']} (LLVM cpu {meta['llvm_cpu']}, "
+          f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')})")
 
 
 if __name__ == "__main__":

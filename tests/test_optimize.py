@@ -195,6 +195,38 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     assert again.summary().loc["cpu0", "measured"] == summary.loc["cpu0", "measured"]
 
 
+def test_another_machines_profile_prices_only_what_is_not_measured_here(tmp_path, monkeypatch):
+    """On a machine with no profile of its own, the bundled profile of another machine supplies the cost
+    model and copy fits, and ``measure="auto"`` does not take that machine's kernel timings for this one's."""
+    import warnings
+
+    from autoplace.cost_model import CostTable
+    from autoplace.optimizer import measured_on_this_machine
+    from autoplace.profile import ProfileStore, find_profiles
+    from autoplace.profile.hardware import measured_by
+
+    here = measured_by()["hardware_id"]
+    table = CostTable([dict(kind="unit", key="a", target="llvm", status="ok", median_us=1.0, hardware_id="box-9c"),
+                       dict(kind="unit", key="b", target="llvm", status="ok", median_us=1.0, hardware_id=here)])
+    assert set(measured_on_this_machine(table).measured_) == {("b", "llvm")}
+
+    root, cache = tmp_path / "profiles", tmp_path / "cache"
+    other = ProfileStore(str(root / "box-9c"), metadata={"hardware_id": "box-9c", "tvm_version": "test"})
+    other.append(dict(kind="unit", key="a", target="llvm", status="ok", median_us=1.0))
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
+    mine = ProfileStore(str(cache / here))
+    mine.append(dict(kind="unit", key="b", target="llvm", status="ok", median_us=1.0))
+    with pytest.warns(UserWarning, match=f"no profile of this machine \\({here}\\).*box-9c"):
+        folders = find_profiles({"llvm"}, root=str(root))
+    # this machine's measurements alone (no cost model, no copy fits) never replace a profile; they come last
+    assert folders == [str(root / "box-9c"), str(cache / here)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (root / here).mkdir()
+        ProfileStore(str(root / here)).append(dict(kind="unit", key="b", target="llvm", status="ok", median_us=1.0))
+        assert find_profiles({"llvm"}, root=str(root)) == [str(root / here), str(cache / here)]
+
+
 def _lines(path):
     if not os.path.exists(path):
         return 0

@@ -30,7 +30,23 @@ def test_units_cover_every_kernel_launch_and_dedupe_repeated_layers():
     covered = [n for u in units for n in u.nodes]
     assert len(covered) == len(set(covered))  # no op claimed by two kernels
     assert all(u.target_kind == "llvm" for u in units)
+    # Which arguments are model weights: every weight byte is read by exactly the kernels that take it.
+    assert sum(u.weight_bytes for u in units) == model.weight_nbytes
+    assert any(not u.weight_args for u in units) and any(u.weight_args for u in units)  # attention vs linear
 
+
+def test_hardware_id_tells_apart_cpus_a_virtual_machine_names_alike():
+    from autoplace.profile.remote_runner import cpu_arch_from, hardware_id
+
+    zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n" \
+           "processor\t: 1\ncpu family\t: 99\nmodel\t\t: 9\n"
+    zen5 = zen3.replace("cpu family\t: 25\nmodel\t\t: 1", "cpu family\t: 26\nmodel\t\t: 17")
+    arm = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+    assert (cpu_arch_from(zen3), cpu_arch_from(zen5), cpu_arch_from(arm)) == ("f25m1", "f26m17", "i0x41p0xd0c")
+    assert cpu_arch_from("model name\t: mystery\n") is None
+    ids = {hardware_id("AMD EPYC", 2, [], cpu_arch_from(text)) for text in (zen3, zen5)}
+    assert ids == {"amd-epyc-f25m1-2c", "amd-epyc-f26m17-2c"}
+    assert hardware_id("AMD EPYC", 2, ["NVIDIA H100"], None) == "amd-epyc-2c-nvidia-h100"
 
 
 def test_every_op_is_mapped_to_the_kernel_that_computes_it():

@@ -50,9 +50,10 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
     -------
     list of str
         Preference: the given folder; else this machine's own folder if it covers every kind; else a
-        single folder that covers every kind (a plan for that machine, with a warning); else one
-        folder per kind (this machine's where it has one). This machine's own measurements
-        (:func:`measured_here_dir`) count as part of its own folder and come last (newest wins).
+        single folder that covers every kind (another machine's, with a warning); else one folder per
+        kind (this machine's where it has one). This machine's own measurements
+        (:func:`measured_here_dir`) always come last (newest wins), and count as part of its own folder
+        when it has one.
 
     Raises
     ------
@@ -68,18 +69,25 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
     own = os.path.join(root, hardware_metadata()["hardware_id"])
     here = measured_here_dir()
     extra = [here] if os.path.isdir(here) and os.path.abspath(here) != os.path.abspath(own) else []
-    mine = covered.get(own, set()) | (_measured_kinds(here) if extra else set())
-    if kinds <= mine:
-        return [f for f in [own] if f in covered] + extra
+    # This machine's measurements alone never stand in for a profile: they have no cost model, no copy fits.
+    mine = covered[own] | (_measured_kinds(here) if extra else set()) if own in covered else set()
+    if own in covered and kinds <= mine:
+        return [own] + extra
     for folder, have in covered.items():
         if kinds <= have:
-            warnings.warn(f"planning with the profile measured on {os.path.basename(folder)} (this machine is "
-                          f"{os.path.basename(own)}): the plan is for that machine", stacklevel=3)
-            return [folder]
+            if own in covered:
+                why = (f"planning with the profile measured on {os.path.basename(folder)} (this machine is "
+                       f"{os.path.basename(own)}): the plan is for that machine")
+            else:
+                why = (f"no profile of this machine ({os.path.basename(own)}) in {root}: the cost model and the "
+                       f"costs of kernels not measured here come from {os.path.basename(folder)}'s profile "
+                       "(optimize's default measure='auto' measures the model's kernels here first)")
+            warnings.warn(why, stacklevel=3)
+            return [folder] + extra
     chosen = []
     for kind in sorted(kinds):
         if kind in mine:
-            chosen.extend(f for f in [own] if f in covered)
+            chosen.append(own)
             continue
         options = [f for f, have in covered.items() if kind in have]
         if not options:

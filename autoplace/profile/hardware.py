@@ -14,18 +14,19 @@ import platform
 import shutil
 import subprocess
 
+from .remote_runner import cpu_arch_from, cpu_model_from
 from .remote_runner import hardware_id as _hardware_id
 
 
-def _cpu_model() -> str:
+def _cpu_model() -> tuple[str, str | None]:
+    """The CPU's model name and microarchitecture numbers (:func:`cpu_arch_from`)."""
+    fallback = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            cpuinfo = f.read()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return fallback, None
+    return cpu_model_from(cpuinfo, fallback), cpu_arch_from(cpuinfo)
 
 
 def _gpus() -> list[dict]:
@@ -47,12 +48,13 @@ def _gpus() -> list[dict]:
 
 @functools.lru_cache(maxsize=1)
 def _hardware() -> tuple:
-    """CPU model, usable cores and GPUs of this machine (asked once per process: nvidia-smi is slow)."""
+    """CPU model, its microarchitecture, usable cores and GPUs of this machine (asked once per process:
+    nvidia-smi is slow)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpu = _cpu_model()
+    cpu, arch = _cpu_model()
     gpus = _gpus()
     gpu_items = tuple(tuple(sorted(g.items())) for g in gpus)
-    return _hardware_id(cpu, cores, [g["name"] for g in gpus]), cpu, cores, gpu_items
+    return _hardware_id(cpu, cores, [g["name"] for g in gpus], arch), cpu, arch, cores, gpu_items
 
 
 def _now() -> str:
@@ -73,15 +75,21 @@ def measured_by() -> dict:
 def hardware_metadata() -> dict:
     """Describe this machine; ``hardware_id`` names its ``profiles/`` folder.
 
-    The id is built from the CPU model, the number of cores usable here and the GPUs, so two
-    machines of the same kind share profiles and a different one never does silently.
+    The id is built from the CPU model, its microarchitecture numbers (family and model: a virtual
+    machine may name a Zen 3 and a Zen 5 both ``AMD EPYC``), the number of cores usable here and the
+    GPUs, so two machines of the same kind share profiles and a different one never does silently.
+    ``llvm_cpu`` is what the CPU kernels are compiled for (``znver3``: AVX2; ``znver5``: AVX-512).
     """
     import tvm
 
-    hardware_id, cpu, cores, gpus = _hardware()
+    from ..backend.cpu_schedules import host_cpu
+
+    hardware_id, cpu, arch, cores, gpus = _hardware()
     return {
         "hardware_id": hardware_id,
         "cpu_model": cpu,
+        "cpu_arch": arch,
+        "llvm_cpu": host_cpu(),
         "cpu_cores": cores,
         "machine": platform.machine(),
         "gpus": [dict(g) for g in gpus],

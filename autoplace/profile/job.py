@@ -63,6 +63,8 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         arg_shapes=[list(s) for s in unit.arg_shapes],
         arg_dtypes=unit.arg_dtypes,
         num_outputs=unit.num_outputs,
+        weight_args=list(unit.weight_args),
+        weight_bytes=unit.weight_bytes,
         flops=float(sum(d.get("flops", 0.0) for d in nodes)) if graph is not None else math.nan,
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,

@@ -43,10 +43,36 @@ def _slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def hardware_id(cpu, cores, gpu_names):
-    """``<cpu model>-<cores>c[-<gpu>...]``: the name of a machine's ``profiles/`` folder (the same rule as
-    ``autoplace.profile.hardware``)."""
-    return "-".join([_slug(cpu)[:40], f"{cores}c"] + [_slug(name)[:30] for name in gpu_names])
+def hardware_id(cpu, cores, gpu_names, arch=None):
+    """``<cpu model>[-<arch>]-<cores>c[-<gpu>...]``: the name of a machine's ``profiles/`` folder (the same
+    rule as ``autoplace.profile.hardware``). ``arch`` (:func:`cpu_arch_from`) tells apart CPUs whose model
+    name a virtual machine masks: ``amd-epyc-f25m1-2c`` (Zen 3) is not ``amd-epyc-f26m17-2c``."""
+    return "-".join([_slug(cpu)[:40]] + ([_slug(arch)] if arch else []) + [f"{cores}c"]
+                    + [_slug(name)[:30] for name in gpu_names])
+
+
+def cpu_arch_from(cpuinfo_text):
+    """The CPU's microarchitecture numbers from ``/proc/cpuinfo``: ``f25m1`` (x86 ``cpu family`` 25,
+    ``model`` 1), ``i0x41p0xd0c`` (Arm implementer and part); None when it has neither.
+
+    Virtual machines often mask the model name (every AMD server reads ``AMD EPYC``) but keep these, and
+    kernels tuned on one microarchitecture run at other speeds on another (AVX-512 or not, FMA units).
+    """
+    fields = {}
+    for line in cpuinfo_text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key not in fields:
+            fields[key] = value.strip()
+    if fields.get("cpu family", "").isdigit() and fields.get("model", "").isdigit():
+        return f"f{fields['cpu family']}m{fields['model']}"
+    if fields.get("CPU implementer") and fields.get("CPU part"):
+        return f"i{fields['CPU implementer']}p{fields['CPU part']}"
+    return None
 
 
 def cpu_model_from(cpuinfo_text, fallback):
@@ -72,10 +98,11 @@ def cores_from(status_text, cpuinfo_text=""):
 
 
 def hardware(tvm_version):
-    cpu = platform.processor() or platform.machine()
+    cpu, arch = platform.processor() or platform.machine(), None
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = cpu_model_from(f.read(), cpu)
+            cpuinfo = f.read()
+        cpu, arch = cpu_model_from(cpuinfo, cpu), cpu_arch_from(cpuinfo)
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -89,8 +116,8 @@ def hardware(tvm_version):
                 gpus.append({"name": name, "driver": driver, "memory": memory})
         except (OSError, subprocess.SubprocessError):
             pass
-    return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus]), "cpu_model": cpu,
-            "cpu_cores": cores, "machine": platform.machine(), "gpus": gpus, "tvm_version": tvm_version,
+    return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus], arch), "cpu_model": cpu,
+            "cpu_arch": arch, "cpu_cores": cores, "machine": platform.machine(), "gpus": gpus, "tvm_version": tvm_version,
             "python": platform.python_version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 

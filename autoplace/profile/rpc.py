@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from ..errors import ProfilingError, RPCError
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES
-from .remote_runner import cores_from, cpu_model_from, error_text, hardware_id, run_item
+from .remote_runner import cores_from, cpu_arch_from, cpu_model_from, error_text, hardware_id, run_item
 
 #: The port of ``python -m tvm.exec.rpc_tracker`` when none is given.
 DEFAULT_TRACKER_PORT = 9190
@@ -352,7 +352,9 @@ def remote_hardware(session, helper_path: str, tvm_version: str) -> dict:
             break
         gpus.append({"name": str(gpu.device_name), "memory": f"{int(gpu.total_global_memory) // 2**20} MiB",
                      "compute_version": str(gpu.compute_version)})
-    return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus]), "cpu_model": cpu, "cpu_cores": cores,
+    arch = cpu_arch_from(cpuinfo)
+    return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus], arch), "cpu_model": cpu,
+            "cpu_arch": arch, "cpu_cores": cores,
             "machine": machine, "gpus": gpus, "tvm_version": tvm_version, "python": None, "created": _now(),
             "host": fields[1]}
 

@@ -43,6 +43,12 @@ class Unit:
     num_outputs: int = 1
     nodes: list = field(default_factory=list)  # op nodes of the op graph this launch computes
     ops: list = field(default_factory=list)  # their op names, in program order
+    weight_args: list = field(default_factory=list)  # indices of the arguments that are model weights
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of model weights the kernel reads (each call reads them again; activations are fresh)."""
+        return sum(_nbytes(self.arg_shapes[i], self.arg_dtypes[i]) for i in self.weight_args)
 
     @property
     def nbytes_in(self) -> int:
@@ -191,6 +197,9 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
     lowered = lower(annotated.mod, on_fused=fused.append)
     groups = _GroupMapper(graph, fused[0]).groups
     kind = targets["t"].kind
+    main = lowered["main"]
+    num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
+    weights = list(main.params[num_input:])
     units = []
     for block in lowered["main"].body.blocks:
         for binding in block.bindings:
@@ -199,9 +208,12 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
                 continue
             gvar = value.args[0]
             func = lowered[gvar]
-            in_types = []
+            in_types, weight_args = [], []
             for arg in value.args[1].fields:
-                in_types.extend(_flat_tensors(arg.ty))
+                flat = _flat_tensors(arg.ty)
+                if len(flat) == 1 and any(arg.same_as(w) for w in weights):
+                    weight_args.append(len(in_types))
+                in_types.extend(flat)
             out_types = _flat_tensors(binding.var.ty)
             members = groups.get(binding.var, [])
             nodes = [n for n in members if graph.nodes[n].get("kind") == "op"]
@@ -218,6 +230,7 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
                     num_outputs=len(out_types),
                     nodes=nodes,
                     ops=[graph.nodes[n]["op"] for n in nodes],
+                    weight_args=weight_args,
                 )
             )
     return units
