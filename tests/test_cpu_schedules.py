@@ -288,6 +288,23 @@ def test_cpu_target():
     cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
     assert cpu_target(cuda).kind.name == "cuda"
     assert cs.vector_bits(tvm.target.Target("llvm")) == 128  # generic x86-64: SSE only
+    # From the CPU's features (TVM's llvm_get_vector_width says 512 for every x86 CPU): AVX2 is 256 bits.
+    widths = {cpu: cs.vector_bits(tvm.target.Target({"kind": "llvm", "mcpu": cpu}))
+              for cpu in ("znver3", "haswell", "znver5", "skylake-avx512", "x86-64")}
+    assert widths == {"znver3": 256, "haswell": 256, "znver5": 512, "skylake-avx512": 512, "x86-64": 128}
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_register_tile_fits_the_vector_registers(bits):
+    """Accumulators, the vector operand and a broadcast fit in the registers (16 ymm with AVX2: a 3 x 4 tile
+    of 12 accumulators spills, 4 x 3 does not)."""
+    rule, lanes = cs.Contraction(), bits // 32
+    for e_v in (8, 16, 24, 48, 56, 96, 768, 3072):
+        for e_u in (1, 3, 4, 6, 12, 128, 197):
+            plan = rule.tile_plan(e_v, e_u, lanes, cs._ACCUMULATORS[bits], cs._REGISTERS[bits])
+            regs = plan["nv"] * -(-plan["lanes"] // lanes)
+            assert plan["ut"] * regs + regs + 1 <= cs._REGISTERS[bits], (e_v, e_u, plan)
+    assert rule.tile_plan(3072, 3, 8, 12, 16)["nv"] <= 3  # was 3 rows x 4 vectors (17 registers)
 
 
 def test_a_rule_that_fails_falls_back_to_the_next_and_finally_to_the_unscheduled_kernel():

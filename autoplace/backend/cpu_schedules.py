@@ -45,7 +45,9 @@ from tvm.target import Target
 
 #: The PrimFunc attribute that records which rule scheduled a kernel ("none": left unscheduled).
 RULE_ATTR = "autoplace.cpu_schedule"
-#: Accumulator registers a register tile may use (AVX-512 and AVX2 have 32 and 16 vector registers).
+#: Vector registers of x86-64 by vector width (AVX-512: 32 zmm; AVX2 and SSE: 16 ymm / xmm), and how many
+#: of them a register tile may use as accumulators (the rest hold the vector operand and a broadcast).
+_REGISTERS = {512: 32, 256: 16, 128: 16}
 _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
 #: Elements below which a block runs on one thread (a parallel region costs a few microseconds).
 _PARALLEL_MIN = 4096
@@ -79,16 +81,24 @@ def cpu_target(target):
 
 
 def vector_bits(target: Target) -> int:
-    """SIMD register width the target compiles for (128 for generic x86-64: SSE)."""
+    """SIMD register width the target compiles for: 512 with AVX-512, 256 with AVX/AVX2, else 128 (SSE, Neon,
+    generic x86-64).
+
+    Read from the CPU's features: TVM 0.27's ``llvm_get_vector_width`` answers 512 for every x86 CPU
+    (``znver3``, ``haswell``, ``x86-64`` alike), and an AVX2 kernel tiled for 512-bit registers spills
+    (a (128,768)@(768,3072) matmul ran 2.6x slower on a Zen 3).
+    """
     if target.kind.name != "llvm":
         return 128
     if not target.attrs.get("mcpu"):
         return 128
     try:
-        bits = int(tvm.target.codegen.llvm_get_vector_width(target))
+        features = set(tvm.target.codegen.llvm_get_cpu_features(target))
     except Exception:  # an LLVM that does not know the CPU
         return 128
-    return bits if bits > 0 else 128
+    if "avx512f" in features:
+        return 512
+    return 256 if "avx" in features else 128
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -469,12 +479,14 @@ class Contraction(CPUScheduleRule):
         up to ``max_rows``)."""
         return e_u > self.max_rows and max(_divisors(e_u, self.max_rows)) < 4
 
-    def tile_plan(self, e_v: int, e_u: int, max_lanes: int, budget: int) -> dict:
+    def tile_plan(self, e_v: int, e_u: int, max_lanes: int, budget: int, registers: int | None = None) -> dict:
         """The register tile for an output of ``e_v`` elements along v and ``e_u`` rows, and what it costs.
 
         Chunks of v that divide its extent are preferred (no predicated tail): ``nv`` full vectors, or
         one vector narrower than a register (14 of 16 lanes for a row of 56). The tile that
-        needs the fewest loads per useful multiply-add, within ``budget`` accumulator registers, wins.
+        needs the fewest loads per useful multiply-add, within ``budget`` accumulator registers, wins;
+        with ``registers`` (the vector registers there are), its accumulators, its vector operand and
+        one broadcast must fit in them (with 16: 4 rows x 3 vectors, not 3 x 4, which spills).
 
         Returns
         -------
@@ -504,7 +516,7 @@ class Contraction(CPUScheduleRule):
             regs = nv * -(-lanes // max_lanes)
             used = lanes * nv / (regs * max_lanes)
             for ut in _divisors(e_u, self.max_rows) or [1]:
-                if ut * regs > budget:
+                if ut * regs > budget or (registers is not None and ut * regs + regs + 1 > registers):
                     continue
                 cost = (ut + regs) / (ut * regs) / used  # loads per useful multiply-add
                 if best is None or cost < best[0] - 1e-9:
@@ -584,9 +596,8 @@ class Contraction(CPUScheduleRule):
         max_lanes = max(bits // dtype_bits, 1)
         e_v = extent[v_var]
         e_u = extent[u_var] if u_var is not None else 1
-        budget = _ACCUMULATORS.get(bits, 12)
         pad_rows = not padded and self.pads_rows(e_u)
-        plan = self.tile_plan(e_v, e_u, max_lanes, budget)
+        plan = self.tile_plan(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16))
         pad_columns = not padded and plan["tail"]
         if pad_rows or pad_columns:
             # Rows with no divisor worth a register tile (71, 197, 2 x 47...) would run one or two rows

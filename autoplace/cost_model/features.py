@@ -648,7 +648,7 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         return {}
     if axes is None or min(axes[:2]) < 1:
         return {}
-    from ..backend.cpu_schedules import _ACCUMULATORS, Contraction
+    from ..backend.cpu_schedules import _ACCUMULATORS, _REGISTERS, Contraction
 
     e_v, e_u, v_stride = axes
     rule = Contraction()
@@ -662,12 +662,12 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
     if pad_rows:
         feats["sched_row_pad"] = (padded(e_u) - e_u) / padded(e_u)
     lanes = max(512 // max(dtype_bits, 1), 1)  # (the padding decision at 256 bits differs for few widths)
-    if matmul and rule.tile_plan(e_v, e_u, lanes, _ACCUMULATORS[512])["tail"]:
+    if matmul and rule.tile_plan(e_v, e_u, lanes, _ACCUMULATORS[512], _REGISTERS[512])["tail"]:
         feats["sched_col_pad"] = (padded(e_v) - e_v) / padded(e_v)
         e_v = padded(e_v)
     e_u = padded(e_u) if pad_rows else e_u
     for bits in (256, 512):
-        plan = rule.tile_plan(e_v, e_u, max(bits // max(dtype_bits, 1), 1), _ACCUMULATORS[bits])
+        plan = rule.tile_plan(e_v, e_u, max(bits // max(dtype_bits, 1), 1), _ACCUMULATORS[bits], _REGISTERS[bits])
         feats[f"sched_lane_use_{bits}"] = plan["lane_use"]
         feats[f"sched_loads_{bits}"] = plan["loads_per_fma"]
         feats[f"sched_tail_{bits}"] = float(plan["tail"])
