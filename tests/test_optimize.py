@@ -220,6 +220,9 @@ def test_another_machines_profile_prices_only_what_is_not_measured_here(tmp_path
         folders = find_profiles({"llvm"}, root=str(root))
     # this machine's measurements alone (no cost model, no copy fits) never replace a profile; they come last
     assert folders == [str(root / "box-9c"), str(cache / here)]
+    other.append(dict(kind="unit", key="g", target="cuda", status="ok", median_us=1.0))
+    with pytest.warns(UserWarning, match="box-9c"):  # a plan for that GPU box: nothing measured here joins it
+        assert find_profiles({"llvm", "cuda"}, root=str(root)) == [str(root / "box-9c")]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         (root / here).mkdir()

@@ -83,7 +83,10 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
                        f"costs of kernels not measured here come from {os.path.basename(folder)}'s profile "
                        "(optimize's default measure='auto' measures the model's kernels here first)")
             warnings.warn(why, stacklevel=3)
-            return [folder] + extra
+            # This machine's measurements join only a plan for this machine (it measured every kind asked),
+            # never a plan for that one (a GPU box's profile, planned from here).
+            here_kinds = _measured_kinds(here) if extra else set()
+            return [folder] + (extra if kinds <= here_kinds else [])
     chosen = []
     for kind in sorted(kinds):
         if kind in mine:
