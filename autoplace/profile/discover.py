@@ -69,8 +69,9 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
     own = os.path.join(root, hardware_metadata()["hardware_id"])
     here = measured_here_dir()
     extra = [here] if os.path.isdir(here) and os.path.abspath(here) != os.path.abspath(own) else []
+    here_kinds = _measured_kinds(here) if extra else set()
     # This machine's measurements alone never stand in for a profile: they have no cost model, no copy fits.
-    mine = covered[own] | (_measured_kinds(here) if extra else set()) if own in covered else set()
+    mine = covered[own] | here_kinds if own in covered else set()
     if own in covered and kinds <= mine:
         return [own] + extra
     for folder, have in covered.items():
@@ -85,7 +86,6 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
             warnings.warn(why, stacklevel=3)
             # This machine's measurements join only a plan for this machine (it measured every kind asked),
             # never a plan for that one (a GPU box's profile, planned from here).
-            here_kinds = _measured_kinds(here) if extra else set()
             return [folder] + (extra if kinds <= here_kinds else [])
     chosen = []
     for kind in sorted(kinds):

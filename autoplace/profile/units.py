@@ -201,7 +201,7 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
     num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
     weights = list(main.params[num_input:])
     units = []
-    for block in lowered["main"].body.blocks:
+    for block in main.body.blocks:
         for binding in block.bindings:
             value = binding.value
             if not (isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR)):
