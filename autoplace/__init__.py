@@ -6,6 +6,10 @@ Data flows one way through the package:
 Relax) -> ``build`` (compile, run) -> ``compare`` (measure plans side by side).
 """
 
+from .backend.cpu_threads import use_physical_cores
+
+use_physical_cores()  # before any kernel runs: TVM's default would leave half the cores of an x86 VM idle
+
 from .comparison import compare
 from .errors import AssignmentError, AutoplaceError, ModelError, TargetError
 from .frontend import Model, load_model

@@ -328,6 +328,9 @@ def cmd_profile(args) -> int:
         return 0
     if args.dir and args.out:
         raise AutoplaceError("give --dir (the exact profile folder) or --out (the profiles root), not both")
+    if args.rounds != 1 and (rpc is not None or args.bundle):
+        raise AutoplaceError(f"--rounds {args.rounds} is for a job on this machine; over --rpc or in a --bundle "
+                             "every kernel is timed once (drop --rounds)")
     targets = _targets(args.targets)
     specs = _model_specs(args)
     if args.bundle:
@@ -359,7 +362,7 @@ def cmd_profile(args) -> int:
         store = ProfileStore(folder)
         print(f"profiling into {store.path}")
         summary = profile_models(models, targets, store, copies=not args.no_copies,
-                                 end_to_end=not args.no_end_to_end,
+                                 end_to_end=not args.no_end_to_end, rounds=args.rounds,
                                  timer=timer, progress=not args.no_progress, redo=args.redo or ())
     finally:
         timer.close()
@@ -529,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--min-repeat-ms", type=int, default=20)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel before it counts as failed")
+    p.add_argument("--rounds", type=_int_at_least(1), default=1,
+                   help="time every kernel and model this many times, minutes apart (median of the rounds; "
+                        "3 on a shared or virtual machine, where one burst of samples can read 2x slow)")
     p.add_argument("--no-copies", action="store_true")
     p.add_argument("--no-end-to-end", action="store_true",
                    help="skip timing each model whole (kernels only; the cost-model evaluation needs it)")

@@ -429,14 +429,21 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
 
 def measured_on_this_machine(costs):
     """``costs`` restricted to the records measured on this machine (its hardware id; records that name no
-    machine count as this one's): what ``measure="auto"`` need not measure again."""
+    machine count as this one's) with the CPU thread count TVM runs here (records that name none count as
+    measured with it): what ``measure="auto"`` need not measure again. A CPU kernel timed on 2 threads says
+    little about its time on 1."""
+    import pandas as pd
+
+    from .backend.cpu_threads import runtime_threads
     from .cost_model import CostTable
     from .profile.hardware import measured_by
 
     records = costs.records
-    if "hardware_id" not in records:
-        return costs
-    here = records["hardware_id"].isna() | (records["hardware_id"] == measured_by()["hardware_id"])
+    here = pd.Series(True, index=records.index)
+    if "hardware_id" in records:
+        here &= records["hardware_id"].isna() | (records["hardware_id"] == measured_by()["hardware_id"])
+    if "threads" in records:
+        here &= records["threads"].isna() | (records["threads"] == runtime_threads())
     return costs if bool(here.all()) else CostTable(records[here])
 
 

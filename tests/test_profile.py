@@ -186,3 +186,66 @@ def test_plan_bundle_times_placed_models_with_the_runner(tmp_path):
     records = [json.loads(line) for line in (bundle / "records.jsonl").read_text().splitlines()]
     assert {r["key"] for r in records} == {"seed003:split", "mlp:matmul-on-cpu1"}
     assert all(r["status"] == "ok" and r["median_us"] > 0 for r in records), records
+
+
+def test_tvm_runs_cpu_kernels_on_every_physical_core_unless_the_user_says(tmp_path):
+    """TVM's own default is half the logical CPUs on x86 (1 of 2 on a 2-vCPU VM); ``import autoplace`` makes it
+    the physical cores, and a thread count the user set wins."""
+    from autoplace.backend.cpu_threads import physical_cores
+
+    code = ("import os, autoplace; from autoplace.backend.cpu_threads import runtime_threads; "
+            "print(os.environ.get('TVM_NUM_THREADS'), runtime_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    cores = physical_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
+    assert out.stdout.split() == [str(cores), str(cores)]
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_NUM_THREADS="1"), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "1"
+
+
+def test_rounds_time_every_kernel_and_model_again_and_keep_the_median(tmp_path):
+    """``rounds=2``: each kernel and model is timed twice (the second time without compiling), the newest
+    record keeps both rounds' medians and their median, and the thread count; a job asking for 3 adds the
+    third round only; ``rounds=0`` measures nothing."""
+    import numpy as np
+
+    from autoplace.backend.cpu_threads import runtime_threads
+    from autoplace.errors import ProfilingError
+    from autoplace.profile import profile_models
+
+    store = ProfileStore(str(tmp_path / "p"))
+    with pytest.raises(ProfilingError, match="rounds=0"):
+        profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, rounds=0, progress=False)
+    assert not os.path.exists(tmp_path / "p" / "records.jsonl")
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=2, progress=False)
+    newest = store.newest_good()
+    units = [r for (kind, _, _), r in newest.items() if kind == "unit"]
+    assert len(units) == summary["units_unique"] == 3
+    for record in [*units, newest[("model", "mlp", "llvm")]]:
+        assert record["rounds"] == 2 and len(record["round_medians_us"]) == 2
+        assert record["median_us"] == pytest.approx(float(np.median(record["round_medians_us"])))
+        assert record["min_us"] <= min(record["round_medians_us"]) <= max(record["round_medians_us"]) <= \
+            record["max_us"]
+        assert record["threads"] == runtime_threads()
+    lines = len((tmp_path / "p" / "records.jsonl").read_text().splitlines())
+    assert lines == 2 * (3 + 1)  # round 1 and round 2 of 3 kernels and 1 model, nothing else
+    profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=3, progress=False)
+    assert len((tmp_path / "p" / "records.jsonl").read_text().splitlines()) == lines + 4
+    assert all(r["rounds"] == 3 for r in store.newest_good().values())
+
+
+def test_kernels_timed_on_another_thread_count_are_measured_again():
+    from autoplace.backend.cpu_threads import runtime_threads
+    from autoplace.cost_model import CostTable
+    from autoplace.optimizer import measured_on_this_machine
+
+    table = CostTable([dict(kind="unit", key="a", target="llvm", status="ok", median_us=1.0,
+                            threads=runtime_threads() + 1),
+                       dict(kind="unit", key="b", target="llvm", status="ok", median_us=1.0,
+                            threads=runtime_threads()),
+                       dict(kind="unit", key="c", target="llvm", status="ok", median_us=1.0)])
+    assert set(measured_on_this_machine(table).measured_) == {("b", "llvm"), ("c", "llvm")}

@@ -78,11 +78,13 @@ def hardware_metadata() -> dict:
     The id is built from the CPU model, its microarchitecture numbers (family and model: a virtual
     machine may name a Zen 3 and a Zen 5 both ``AMD EPYC``), the number of cores usable here and the
     GPUs, so two machines of the same kind share profiles and a different one never does silently.
-    ``llvm_cpu`` is what the CPU kernels are compiled for (``znver3``: AVX2; ``znver5``: AVX-512).
+    ``llvm_cpu`` is what the CPU kernels are compiled for (``znver3``: AVX2; ``znver5``: AVX-512);
+    ``cpu_threads`` the threads TVM runs CPU kernels on in this process (:mod:`autoplace.backend.cpu_threads`).
     """
     import tvm
 
     from ..backend.cpu_schedules import host_cpu
+    from ..backend.cpu_threads import runtime_threads
 
     hardware_id, cpu, arch, cores, gpus = _hardware()
     return {
@@ -91,6 +93,7 @@ def hardware_metadata() -> dict:
         "cpu_arch": arch,
         "llvm_cpu": host_cpu(),
         "cpu_cores": cores,
+        "cpu_threads": runtime_threads(),
         "machine": platform.machine(),
         "gpus": [dict(g) for g in gpus],
         "tvm_version": tvm.__version__,

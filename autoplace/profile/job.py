@@ -16,11 +16,13 @@ from __future__ import annotations
 import datetime
 import itertools
 import math
+import os
 import time
 from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
+from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model
 from ..graph import op_graph
@@ -73,24 +75,55 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
     )
 
 
-def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7) -> dict:
+def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7,
+                 placement=None, inputs=None) -> dict:
     """End-to-end latency of the model built entirely on one target, with the kernels it launches.
 
-    The cost model's evaluation and the fidelity experiment compare sums of unit costs to this.
+    The cost model's evaluation and the fidelity experiment compare sums of unit costs to this. ``placement``
+    and ``inputs`` (from :func:`model_placement` and ``model.random_inputs()``) time a build made earlier.
+    """
+    placement = placement or model_placement(model, graph, targets, name)
+    inputs = model.random_inputs() if inputs is None else inputs
+    return dict(model_fields(model, units, placement, kind), measured_at=_now(),
+                **time_end_to_end(placement.runner, inputs, kind, repeat=repeat))
+
+
+def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7) -> dict:
+    """``status``, ``median_us``, ``min_us``, ``max_us``, ``samples`` (and ``threads`` on the CPU) of one
+    timing of a built model: ``repeat`` samples, each averaging enough calls to last about 20 ms."""
+    import numpy as np
+
+    try:
+        samples = runner.time_us(inputs, repeat=3)
+        number = max(1, int(20_000 / max(1.0, float(np.median(samples)))))
+        samples = runner.time_us(inputs, number=number, repeat=repeat)
+        timing = dict(status="ok", median_us=float(np.median(samples)), min_us=float(np.min(samples)),
+                      max_us=float(np.max(samples)), samples=len(samples))
+        if kind == "llvm":
+            timing["threads"] = runtime_threads()
+    except Exception as err:
+        timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
+    return timing
+
+
+def merge_rounds(previous: dict, timing: dict) -> dict:
+    """``previous`` (a kernel's or model's record) with one more round of timing ``timing`` added.
+
+    A round is one burst of samples (about 0.15 s); on a shared machine a burst can land in a minute when
+    another tenant holds a core and read up to 2x slow. A job's rounds are minutes apart, and ``median_us``
+    becomes the median over the rounds of each round's median (``round_medians_us``); ``min_us``/``max_us``
+    cover every sample, ``samples`` counts them, ``std_us`` is the newest round's.
     """
     import numpy as np
 
-    placement = model_placement(model, graph, targets, name)
-    inputs = model.random_inputs()
-    try:
-        samples = placement.runner.time_us(inputs, repeat=3)
-        number = max(1, int(20_000 / max(1.0, float(np.median(samples)))))
-        samples = placement.runner.time_us(inputs, number=number, repeat=repeat)
-        timing = dict(status="ok", median_us=float(np.median(samples)), min_us=float(np.min(samples)),
-                      max_us=float(np.max(samples)), samples=len(samples))
-    except Exception as err:
-        timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
-    return dict(model_fields(model, units, placement, kind), measured_at=_now(), **timing)
+    medians = [float(v) for v in previous.get("round_medians_us") or [previous["median_us"]]]
+    medians.append(float(timing["median_us"]))
+    merged = {**previous, **{k: v for k, v in timing.items() if k not in ("min_us", "max_us", "samples")}}
+    merged.update(median_us=float(np.median(medians)), round_medians_us=medians, rounds=len(medians),
+                  min_us=float(min(previous.get("min_us", np.inf), timing["min_us"])),
+                  max_us=float(max(previous.get("max_us", -np.inf), timing["max_us"])),
+                  samples=int(previous.get("samples", 0)) + int(timing.get("samples", 0)), measured_at=_now())
+    return merged
 
 
 def model_placement(model, graph, targets: TargetSet, name: str):
@@ -111,7 +144,7 @@ def model_fields(model, units, placement, kind: str) -> dict:
 def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
                    end_to_end: bool = True, redo: Iterable[str] = (), copy_sizes=DEFAULT_COPY_SIZES,
                    timer: KernelTimer | None = None, progress: bool = True, log=print,
-                   lock_timeout_s: float | None = None, rpc=None) -> dict:
+                   lock_timeout_s: float | None = None, rpc=None, rounds: int = 1) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
 
     Call it from the command line (``autoplace profile``) or, in a script, under
@@ -139,6 +172,11 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     lock_timeout_s : float, optional
         Give up (``ProfilingError``) after waiting this long for another job on the same folder;
         default: wait until it ends.
+    rounds : int
+        Time every kernel and model this many times, in rounds over the whole job (minutes apart; records
+        keep the median of the rounds' medians, :func:`merge_rounds`). On a shared or virtual machine one
+        burst of samples can read up to 2x slow; 3 rounds made the committed profiles. A job run again with
+        more rounds adds the missing rounds to the records it has.
     rpc : RPCConfig, str, dict or pair, optional
         Measure on the servers of a TVM RPC tracker instead of this machine
         (:func:`autoplace.profile.rpc.profile_over_rpc`, e.g. ``rpc=("10.0.0.5:9190", "gpu-box")``):
@@ -153,6 +191,12 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         hardware, or a record that cannot be written (disk full).
     """
     refuse_in_spawn_bootstrap("autoplace.profile.profile_models")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ProfilingError(f"rounds={rounds!r}: give the number of times to time each kernel, an integer >= 1 "
+                             "(e.g. --rounds 3)")
+    if rpc is not None and rounds != 1:
+        raise ProfilingError(f"rounds={rounds} is not supported over RPC yet: profile with rounds=1 (the default) "
+                             "there, or run the job on the machine itself")
     if rpc is not None:
         from .rpc import profile_over_rpc
 
@@ -174,7 +218,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     extracted = extract_models(models, targets, kinds)
     summary = _profile_extracted(extracted, targets, kinds, runnable, store, copies=copies,
                                  end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes, timer=timer,
-                                 progress=progress, log=log, lock_timeout_s=lock_timeout_s)
+                                 progress=progress, log=log, lock_timeout_s=lock_timeout_s, rounds=rounds)
     return dict(summary, skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
 
 
@@ -239,7 +283,7 @@ def extract_models(models: Iterable, targets, kinds: dict) -> list:
 
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
-                       timer, progress, log, lock_timeout_s) -> dict:
+                       timer, progress, log, lock_timeout_s, rounds: int = 1) -> dict:
     """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
     timer = timer or KernelTimer()
@@ -263,10 +307,15 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
                 + (f"; not on this machine: {skipped}" if skipped else ""))
-            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress)
+            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=rounds > 1)
+            kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if rounds > 1 else 0)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
-                _append(store, model_record(model, graph, units, targets, tname, kind))
+                placement, inputs = kept.get(model, graph, targets, tname)
+                _append(store, model_record(model, graph, units, targets, tname, kind, placement=placement,
+                                            inputs=inputs))
+            if rounds > 1:
+                _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress)
             if copies:
                 _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     finally:
@@ -328,7 +377,8 @@ def _probe(timer: KernelTimer, target, kind: str) -> None:
         )
 
 
-def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool):
+def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool,
+                   keep: bool = False):
     """Measure ``todo`` after the harness checks; failures on a target stay in memory until one kernel
     there succeeds, and a target where every kernel fails raises instead of recording them."""
     if not todo:
@@ -342,7 +392,7 @@ def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: Profil
     bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
     for model_name, graph, unit, target, kind in bar:
         bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
-        result = timer.measure(unit, target)
+        result = timer.measure(unit, target, keep=keep)
         record = unit_record(unit, graph, model_name, kind, result)
         measured += 1
         if result["status"] in SUCCESS:
@@ -366,6 +416,69 @@ def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: Profil
             "about these kernels, so none of these failures was recorded. Fix the cause and run again."
         )
     return measured, failed
+
+
+class _KeptBuilds:
+    """Models built for end-to-end timing, kept for the job's later rounds while their weights fit a budget
+    (a model over it is built again in each round)."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = budget_bytes
+        self.builds: dict = {}
+        self.held_bytes = 0
+
+    def get(self, model, graph, targets, name: str):
+        key = (model.name, name)
+        if key in self.builds:
+            return self.builds[key]
+        build = model_placement(model, graph, targets, name), model.random_inputs()
+        size = int(getattr(model, "weight_nbytes", 0) or 0)
+        if self.held_bytes + size <= self.budget_bytes:
+            self.builds[key] = build
+            self.held_bytes += size
+        return build
+
+
+def _kept_builds_budget() -> int:
+    """A quarter of the memory available now (Linux), else 2 GiB: the most a job keeps built models in."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 2 << 30
+
+
+def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTimer, kept: _KeptBuilds,
+                 rounds: int, end_to_end: bool, progress: bool) -> None:
+    """Rounds 2..``rounds``: time every successful kernel and model of the job again, one round after the
+    other over all of them (so a kernel's rounds are minutes apart), and append each merged record
+    (:func:`merge_rounds`). A record that already has ``rounds`` rounds is left; one with fewer (a job
+    stopped in a later round) gets the rounds it lacks."""
+    newest = store.newest_good()
+    units, models, seen = [], [], set()
+    for model, graph, by_kind in extracted:
+        for kind, kind_units in by_kind.items():
+            if end_to_end and ("model", model.name, kind) in newest:
+                models.append((("model", model.name, kind), model, graph, kinds[kind], kind))
+            for unit in kind_units:
+                tag = ("unit", unit.key, kind)
+                if tag in newest and tag not in seen:
+                    seen.add(tag)
+                    units.append((tag, unit, targets[kinds[kind]].target))
+    for round_ in range(2, rounds + 1):
+        behind = [item for item in units if int(newest[item[0]].get("rounds", 1)) < round_]
+        for tag, unit, target in tqdm(behind, desc=f"kernels, round {round_}/{rounds}", unit="kernel",
+                                      disable=not progress):
+            result = timer.measure(unit, target, keep=True)
+            if result.get("status") == "ok":
+                newest[tag] = _append(store, merge_rounds(newest[tag], result))
+        behind = [item for item in models if int(newest[item[0]].get("rounds", 1)) < round_]
+        for tag, model, graph, name, kind in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
+                                                  unit="model", disable=not progress):
+            placement, inputs = kept.get(model, graph, targets, name)
+            timing = time_end_to_end(placement.runner, inputs, kind)
+            if timing.get("status") == "ok":
+                newest[tag] = _append(store, merge_rounds(newest[tag], timing))
+    timer.forget_kept()
 
 
 def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -> None:

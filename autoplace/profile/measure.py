@@ -21,6 +21,7 @@ import sys
 
 import numpy as np
 
+from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 
 #: Default timing settings: each sample runs the kernel for at least ``min_repeat_ms``.
@@ -122,12 +123,24 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
     return _summary(np.asarray(timer(*args).results) * 1e6)
 
 
+#: In the worker process: kernels compiled for a job's later rounds (``KernelTimer.measure(keep=True)``), by key.
+_KEPT: dict = {}
+
+
 def _worker_measure(task: dict) -> dict:
-    """Runs in the worker process: compile and time one kernel; errors become a record."""
-    try:
-        lib = compile_kernel(task["func_script"], task["target_json"])
-    except Exception as err:
-        return dict(status="error", error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
+    """Runs in the worker process: compile (or take the kept build of) and time one kernel; errors become a
+    record. Without ``func_script``, a kernel that is not kept answers ``status="not_kept"``."""
+    keep = task.get("keep")
+    lib = _KEPT.get(keep) if keep else None
+    if lib is None:
+        if task.get("func_script") is None:
+            return dict(status="not_kept")
+        try:
+            lib = compile_kernel(task["func_script"], task["target_json"])
+        except Exception as err:
+            return dict(status="error", error=f"compile: {str(err).strip().splitlines()[-1][:300]}")
+        if keep:
+            _KEPT[keep] = lib
     if task.get("compile_only"):
         return dict(status="compiled")
     try:
@@ -136,7 +149,16 @@ def _worker_measure(task: dict) -> dict:
                              min_repeat_ms=task["min_repeat_ms"])
     except Exception as err:
         return dict(status="error", error=f"run: {str(err).strip().splitlines()[-1][:300]}")
+    if task["kind"] == "llvm":
+        result["threads"] = runtime_threads()  # a CPU kernel's time depends on it (autoplace.backend.cpu_threads)
     return dict(status="ok", **result)
+
+
+def _worker_forget() -> int:
+    """Drop the kept builds (the end of a job's rounds); returns how many there were."""
+    count = len(_KEPT)
+    _KEPT.clear()
+    return count
 
 
 def _worker_init():
@@ -226,6 +248,7 @@ class KernelTimer:
         self.isolate = isolate
         self.compile_only = compile_only
         self._pool = None
+        self._kept: set = set()  # unit keys measured with keep=True (the worker may have lost them since)
 
     def options(self) -> str:
         """The options, as a user would name them in a message."""
@@ -262,6 +285,7 @@ class KernelTimer:
             self._executor()
 
     def _kill(self):
+        self._kept.clear()  # the worker's kept builds die with it
         if self._pool is not None:
             for proc in list(getattr(self._pool, "_processes", {}).values()):
                 proc.terminate()
@@ -279,22 +303,43 @@ class KernelTimer:
     def __exit__(self, *exc):
         self.close()
 
-    def measure(self, unit, target) -> dict:
+    def measure(self, unit, target, *, keep: bool = False) -> dict:
         """Measure one :class:`~autoplace.profile.units.Unit` on a ``tvm.target.Target``; returns a result
-        dict."""
-        import tvm
+        dict.
 
+        With ``keep``, the worker keeps the compiled kernel, and a later ``measure(..., keep=True)`` of the same
+        unit and target times it again without compiling (a profiling job's later rounds) until
+        :meth:`forget_kept`; a worker that restarted in between compiles it again.
+        """
         task = dict(
-            func_script=unit.prim_func.script(show_meta=True),
             kind=unit.target_kind,
             arg_shapes=[list(s) for s in unit.arg_shapes],
             arg_dtypes=list(unit.arg_dtypes),
             num_outputs=unit.num_outputs,
             compile_only=self.compile_only,
+            target_json=_target_json(target),
+            keep=f"{unit.key}|{_target_json(target)}" if keep else None,
             **self.timing,
         )
-        task["target_json"] = _target_json(target)
-        del tvm
+        if keep and unit.key in self._kept:
+            result = self._run(dict(task, func_script=None))  # the worker's kept build
+            if result.get("status") != "not_kept":
+                return result
+        result = self._run(dict(task, func_script=unit.prim_func.script(show_meta=True)))
+        if keep:
+            self._kept.add(unit.key)
+        return result
+
+    def forget_kept(self) -> None:
+        """Let the worker drop the kernels kept by ``measure(keep=True)``."""
+        if self._kept:
+            self._kept.clear()
+            if not self.isolate:
+                _worker_forget()
+            elif self._pool is not None:
+                self._pool.submit(_worker_forget).result(timeout=self.timeout_s)
+
+    def _run(self, task: dict) -> dict:
         if not self.isolate:
             return _worker_measure(task)
         future = self._executor().submit(_worker_measure, task)

@@ -300,6 +300,16 @@ class ProfileStore:
         return tags
 
 
+    def newest_good(self) -> dict:
+        """``{(kind, key, target): record}``: the newest successful ``unit`` and ``model`` record of each key
+        (what a job's later rounds add to; a record without ``rounds`` is one round)."""
+        newest = {}
+        for r in self._quiet_records():
+            if r.get("kind") in ("unit", "model") and r.get("status") in SUCCESS and "median_us" in r:
+                newest[(r.get("kind"), r.get("key"), r.get("target"))] = r
+        return newest
+
+
 def default_profile_dir(root: str = "profiles", metadata: dict | None = None) -> str:
     """``<root>/<hardware id>`` for this machine (or the given metadata)."""
     metadata = metadata or hardware_metadata()
