@@ -3,10 +3,12 @@
 For each model, with an empty measurement folder of this machine (``$AUTOPLACE_CACHE`` set to a fresh
 temporary folder): ``autoplace.optimize(model, {"cpu": "llvm"}, measure="auto")`` measures the kernels
 that this machine's profile (the committed one, when this is the machine that measured it) lacks, plans
-(all on the one CPU target), and ``autoplace.compare`` builds the plan and times it end to end. Reported:
-the predicted latency, the measured median/min/max of the built plan, their ratio, how many kernels were
-priced by measurement, how long measuring and planning took, and the prediction of the cost model alone
-(``measure="never"``) for comparison.
+(all on the one CPU target) and builds the plan; the prediction of the cost model alone (``measure="never"``)
+is kept for comparison. Then every built plan is timed in ``--rounds`` rounds over all the models (round 1
+times each model once, then round 2, ...: a model's rounds are a minute or more apart, as the profiler's
+``--rounds`` times kernels), and the measured latency is the median of the rounds' medians. Reported: the
+predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
+priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
 
     python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 5]
@@ -20,6 +22,7 @@ import os
 import tempfile
 import time
 
+import numpy as np
 import pandas as pd
 
 import autoplace
@@ -30,7 +33,8 @@ DEFAULT_MODELS = ("mlp-base", "cnn-base", "bert-base", "inception-base", "resnet
 TARGETS = {"cpu": "llvm"}
 
 
-def run(spec: str, rounds: int) -> dict:
+def plan(spec: str) -> tuple[dict, object, list]:
+    """Optimize ``spec`` with an empty measurement cache; the row so far, the built plan and its inputs."""
     model = zoo.parse(spec)
     row = dict(model=spec, kernels=None)
     with tempfile.TemporaryDirectory() as cache:
@@ -40,43 +44,65 @@ def run(spec: str, rounds: int) -> dict:
         row["measure_and_plan_s"] = time.perf_counter() - start
         summary = result.summary()
         row.update(kernels=int(summary.loc["cpu", "kernels"]), measured_kernels=int(summary.loc["cpu", "measured"]),
-                   predicted_kernels=int(summary.loc["cpu", "predicted"]))
-        table = autoplace.compare(model, targets=TARGETS, result=result, baselines=False, rounds=rounds)
-        plan = table.loc["autoplace"]
-        row.update(predicted_us=float(plan["predicted_us"]), measured_median_us=float(plan["measured_median_us"]),
-                   measured_min_us=float(plan["measured_min_us"]), measured_max_us=float(plan["measured_max_us"]))
-        row["error"] = row["predicted_us"] / row["measured_median_us"] - 1.0
+                   predicted_kernels=int(summary.loc["cpu", "predicted"]), predicted_us=float(result.predicted_us))
+        placement = result.placement
+        inputs = model.random_inputs(seed=0)
+        placement.run(*inputs)  # built now, and it runs
     os.environ.pop("AUTOPLACE_CACHE", None)
     never = autoplace.optimize(model, targets=TARGETS, measure="never", progress=False)
     row["never_predicted_us"] = float(never.predicted_us)
-    row["never_error"] = row["never_predicted_us"] / row["measured_median_us"] - 1.0
-    return row
+    return row, placement, inputs
+
+
+def time_rounds(built: dict, rounds: int) -> dict:
+    """``{spec: [median of each round's samples]}``: every plan timed once per round, round after round."""
+    medians = {spec: [] for spec in built}
+    samples = {spec: [] for spec in built}
+    number = {spec: max(1, int(20_000 / max(1.0, float(np.median(p.runner.time_us(x, repeat=3))))))
+              for spec, (p, x) in built.items()}
+    for _ in range(rounds):
+        for spec, (placement, inputs) in built.items():
+            burst = placement.runner.time_us(inputs, number=number[spec], repeat=5)
+            medians[spec].append(float(np.median(burst)))
+            samples[spec].extend(float(v) for v in burst)
+    return {spec: (medians[spec], samples[spec]) for spec in built}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds over all the built plans")
+    parser.add_argument("--tag", default="", help="suffix of the result files (measure_auto<tag>.csv)")
     args = parser.parse_args(argv)
     from autoplace.profile.hardware import hardware_metadata
 
-    rows = []
+    rows, built = [], {}
     for spec in args.models:
-        rows.append(run(spec, args.rounds))
-        r = rows[-1]
-        print(f"{spec}: predicted {r['predicted_us']:.1f} us, measured {r['measured_median_us']:.1f} us "
-              f"({r['error']:+.1%}); cost model alone {r['never_error']:+.1%}; measuring took "
-              f"{r['measure_and_plan_s']:.0f} s", flush=True)
+        row, placement, inputs = plan(spec)
+        rows.append(row)
+        built[spec] = (placement, inputs)
+        print(f"{spec}: predicted {row['predicted_us']:.1f} us ({row['measured_kernels']} of {row['kernels']} "
+              f"kernels measured, {row['measure_and_plan_s']:.0f} s)", flush=True)
+    timings = time_rounds(built, args.rounds)
+    for row in rows:
+        medians, samples = timings[row["model"]]
+        row.update(measured_median_us=float(np.median(medians)), measured_min_us=min(samples),
+                   measured_max_us=max(samples), round_medians_us=medians)
+        row["error"] = row["predicted_us"] / row["measured_median_us"] - 1.0
+        row["never_error"] = row["never_predicted_us"] / row["measured_median_us"] - 1.0
+        print(f"{row['model']}: predicted {row['predicted_us']:.1f} us, measured {row['measured_median_us']:.1f} us "
+              f"({row['error']:+.1%}; rounds {', '.join(f'{m:.0f}' for m in medians)}); cost model alone "
+              f"{row['never_error']:+.1%}", flush=True)
     table = pd.DataFrame(rows)
     meta = hardware_metadata()
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     within = int((table["error"].abs() <= 0.05).sum())
     print(f"within 5%: {within} of {len(table)}; worst |error| {table['error'].abs().max():.1%}")
-    out = os.path.join(os.path.dirname(__file__), "results", "measure_auto")
+    out = os.path.join(os.path.dirname(__file__), "results", meta["hardware_id"], "measure_auto" + args.tag)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     table.to_csv(out + ".csv", index=False)
     with open(out + ".json", "w") as f:
-        json.dump(dict(meta=meta, threads=os.environ.get("TVM_NUM_THREADS"), rows=rows), f, indent=1)
+        json.dump(dict(meta=meta, threads=meta["cpu_threads"], rows=rows), f, indent=1)
     print(f"wrote {out}.csv / .json")
 
 

@@ -161,12 +161,19 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     bundle = tmp_path / "bundle"
     manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096))
     assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"],
-                   check=True, timeout=300, cwd=str(tmp_path))  # runs outside the repo: needs no autoplace
+                   check=True, timeout=300, cwd=str(tmp_path), env=env)  # runs outside the repo: needs no autoplace
     folder = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))
     df = ProfileStore(folder).records()
     assert set(df["kind"]) == {"unit", "copy", "copy_fit", "launch"}
     assert (df["status"] == "ok").all()
+    # TVM alone would run CPU kernels on half the logical CPUs; the runner uses every physical core
+    from autoplace.backend.cpu_threads import physical_cores
+
+    cores = physical_cores()
+    assert json.loads((bundle / "metadata.json").read_text())["cpu_threads"] == cores
+    assert (df.loc[df["kind"] == "unit", "threads"] == cores).all()
     again = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))  # idempotent
     assert len(ProfileStore(again).records()) == len(df)
 
@@ -249,3 +256,21 @@ def test_kernels_timed_on_another_thread_count_are_measured_again():
                             threads=runtime_threads()),
                        dict(kind="unit", key="c", target="llvm", status="ok", median_us=1.0)])
     assert set(measured_on_this_machine(table).measured_) == {("b", "llvm"), ("c", "llvm")}
+
+
+def test_a_profile_timed_on_other_threads_warns(tmp_path, monkeypatch):
+    from autoplace.backend.cpu_threads import runtime_threads
+    from autoplace.profile import find_profiles
+    from autoplace.profile.hardware import hardware_metadata
+
+    meta = hardware_metadata()
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "profiles"
+    store = ProfileStore(str(root / meta["hardware_id"]), metadata=dict(meta, cpu_threads=runtime_threads() + 1))
+    store.append(dict(kind="unit", key="a", target="llvm", status="ok", median_us=1.0))
+    with pytest.warns(UserWarning, match=f"on {runtime_threads() + 1} threads, but TVM runs {runtime_threads()}"):
+        assert find_profiles({"llvm"}, root=str(root)) == [str(root / meta["hardware_id"])]
+    (root / meta["hardware_id"] / "metadata.json").write_text(json.dumps(dict(meta)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        find_profiles({"llvm"}, root=str(root))

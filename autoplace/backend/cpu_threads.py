@@ -15,29 +15,19 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["physical_cores", "requested_threads", "runtime_threads", "use_physical_cores"]
+
 #: The environment variables TVM reads for its CPU thread count, in the order it reads them.
 THREAD_VARIABLES = ("TVM_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def physical_cores() -> int:
-    """Physical cores among the CPUs this process may run on (SMT siblings count once).
+    """Physical cores among the CPUs this process may use (SMT siblings count once): the rule the standalone
+    bundle runner applies too, :func:`autoplace.profile.remote_runner.physical_cores`."""
+    # imported here, not above: autoplace.profile imports this module
+    from ..profile.remote_runner import physical_cores as cores
 
-    Reads ``/sys/devices/system/cpu/cpu<N>/topology`` (package and core id of each allowed CPU); where that is
-    missing, every allowed CPU counts as a core.
-    """
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    cores = set()
-    for cpu in cpus:
-        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
-        try:
-            with open(f"{topology}/physical_package_id", encoding="ascii") as f:
-                package = f.read().strip()
-            with open(f"{topology}/core_id", encoding="ascii") as f:
-                core = f.read().strip()
-        except OSError:
-            return len(cpus)
-        cores.add((package, core))
-    return max(1, len(cores))
+    return cores()
 
 
 def requested_threads() -> int | None:

@@ -73,6 +73,8 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
     # This machine's measurements alone never stand in for a profile: they have no cost model, no copy fits.
     mine = covered[own] | here_kinds if own in covered else set()
     if own in covered and kinds <= mine:
+        if "llvm" in kinds:
+            _warn_other_thread_count(own)
         return [own] + extra
     for folder, have in covered.items():
         if kinds <= have:
@@ -101,6 +103,20 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
             )
         chosen.append(options[0])
     return sorted(set(chosen)) + extra
+
+
+def _warn_other_thread_count(folder: str) -> None:
+    """Warn when this machine's profile timed its CPU kernels on another number of threads than TVM runs here."""
+    from ..backend.cpu_threads import runtime_threads
+
+    measured = ProfileStore(folder).stored_metadata() or {}
+    threads = measured.get("cpu_threads")
+    if threads is not None and int(threads) != runtime_threads():
+        warnings.warn(
+            f"the profile {folder} timed CPU kernels on {threads} threads, but TVM runs {runtime_threads()} in "
+            f"this process (TVM_NUM_THREADS / OMP_NUM_THREADS): its CPU costs do not hold here. Unset the "
+            f"variable (autoplace then uses every physical core) or set TVM_NUM_THREADS={threads}; "
+            "measure='auto' measures this model's kernels again on the threads used here.", stacklevel=4)
 
 
 def _measured_kinds(folder: str) -> set:

@@ -97,7 +97,32 @@ def cores_from(status_text, cpuinfo_text=""):
     return sum(1 for line in cpuinfo_text.splitlines() if line.startswith("processor")) or None
 
 
-def hardware(tvm_version):
+def physical_cores():
+    """Physical cores among the CPUs this process may run on (SMT siblings count once), from
+    ``/sys/devices/system/cpu/cpu<N>/topology``; where that is missing, every allowed CPU counts."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        core = []
+        for name in ("physical_package_id", "core_id"):
+            try:
+                with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/{name}") as f:
+                    core.append(f.read().strip())
+            except OSError:
+                return len(cpus)
+        cores.add(tuple(core))
+    return max(1, len(cores))
+
+
+def use_physical_cores():
+    """TVM's CPU thread pool takes half the logical CPUs on x86 unless told (one of two cores on a 2-vCPU
+    virtual machine): set ``TVM_NUM_THREADS`` to the physical cores, before TVM runs anything, unless the
+    user set it or ``OMP_NUM_THREADS`` (``autoplace.backend.cpu_threads``)."""
+    if not (os.environ.get("TVM_NUM_THREADS", "").strip() or os.environ.get("OMP_NUM_THREADS", "").strip()):
+        os.environ["TVM_NUM_THREADS"] = str(physical_cores())
+
+
+def hardware(tvm_version, threads=None):
     cpu, arch = platform.processor() or platform.machine(), None
     try:
         with open("/proc/cpuinfo") as f:
@@ -117,7 +142,8 @@ def hardware(tvm_version):
         except (OSError, subprocess.SubprocessError):
             pass
     return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus], arch), "cpu_model": cpu,
-            "cpu_arch": arch, "cpu_cores": cores, "machine": platform.machine(), "gpus": gpus, "tvm_version": tvm_version,
+            "cpu_arch": arch, "cpu_cores": cores, "cpu_threads": threads, "machine": platform.machine(), "gpus": gpus,
+            "tvm_version": tvm_version,
             "python": platform.python_version(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
@@ -269,13 +295,15 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=20)
     args = parser.parse_args(argv)
+    use_physical_cores()
     import tvm  # the runtime is enough (TVM_USE_RUNTIME_LIB=1)
     from tvm.runtime import vm as runtime_vm
 
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
     out = args.out or os.path.join(args.bundle, "records.jsonl")
-    meta = hardware(getattr(tvm, "__version__", manifest.get("tvm_version", "unknown")))
+    meta = hardware(getattr(tvm, "__version__", manifest.get("tvm_version", "unknown")),
+                    threads=int(tvm.get_global_func("runtime.NumThreads")()))
     with open(os.path.join(os.path.dirname(out) or ".", "metadata.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
     done = set()
@@ -291,6 +319,8 @@ def main(argv=None):
     timing = dict(number=1, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
 
     def write(record):
+        if record.get("target") == "llvm" and record.get("status") == "ok":
+            record = dict(record, threads=meta["cpu_threads"])  # a CPU time depends on the threads that ran it
         record = dict(record, schema=1, hardware_id=meta["hardware_id"], tvm_version=meta["tvm_version"],
                       measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
         record["crc"] = _crc(record)

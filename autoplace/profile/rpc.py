@@ -353,8 +353,11 @@ def remote_hardware(session, helper_path: str, tvm_version: str) -> dict:
         gpus.append({"name": str(gpu.device_name), "memory": f"{int(gpu.total_global_memory) // 2**20} MiB",
                      "compute_version": str(gpu.compute_version)})
     arch = cpu_arch_from(cpuinfo)
+    # The server's CPU thread pool: TVM's default is half the logical CPUs on x86 (start servers with
+    # TVM_NUM_THREADS=<physical cores> to use them all); every CPU record says what it ran on.
+    threads = int(session.get_function("runtime.NumThreads")())
     return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus], arch), "cpu_model": cpu,
-            "cpu_arch": arch, "cpu_cores": cores,
+            "cpu_arch": arch, "cpu_cores": cores, "cpu_threads": threads,
             "machine": machine, "gpus": gpus, "tvm_version": tvm_version, "python": None, "created": _now(),
             "host": fields[1]}
 
@@ -706,6 +709,8 @@ class _Job:
     # -- records ---------------------------------------------------------------------------------
     def append(self, record: dict) -> None:
         record = {**record, "hardware_id": self.meta["hardware_id"], "tvm_version": self.farm.tvm_version}
+        if record.get("target") == "llvm" and record.get("status") == "ok" and self.meta.get("cpu_threads"):
+            record["threads"] = self.meta["cpu_threads"]
         record.setdefault("measured_at", _now())
         try:
             self.store.append(record)
