@@ -11,7 +11,7 @@ includes the VM's call overheads (a few us per model).
 
     python experiments/warm_vs_cold_kernels.py [--models mlp-base bert-base ...] [--rounds 3]
 
-Writes ``experiments/results/warm_vs_cold_kernels.csv``.
+Writes ``experiments/results/<hardware id>/warm_vs_cold_kernels<tag>.csv``.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tag", default="", help="suffix of the result file (warm_vs_cold_kernels<tag>.csv)")
     args = parser.parse_args(argv)
     import autoplace
     from autoplace import zoo
@@ -103,7 +104,11 @@ def main(argv=None):
             print(f"{spec} round {round_}: end to end {e2e:.1f} us, kernels "
                   + ", ".join(f"{m} {v:.1f} ({v / e2e - 1:+.0%})" for m, v in sums.items()), flush=True)
     table = pd.DataFrame(rows)
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "warm_vs_cold_kernels.csv")
+    from autoplace.profile.hardware import measured_by
+
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", measured_by()["hardware_id"],
+                       f"warm_vs_cold_kernels{args.tag}.csv")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     table.to_csv(out, index=False)
     print(table.groupby("model")[[f"{m}_err" for m in MODES]].agg(["min", "median", "max"]).to_string(
         float_format=lambda v: f"{v:+.1%}"))
