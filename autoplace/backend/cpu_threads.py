@@ -13,47 +13,27 @@ record the thread count they were measured with (:func:`runtime_threads`).
 
 from __future__ import annotations
 
-import os
-
-__all__ = ["physical_cores", "requested_threads", "runtime_threads", "use_physical_cores"]
-
-#: The environment variables TVM reads for its CPU thread count, in the order it reads them.
-THREAD_VARIABLES = ("TVM_NUM_THREADS", "OMP_NUM_THREADS")
+__all__ = ["physical_cores", "runtime_threads", "use_physical_cores"]
 
 
 def physical_cores() -> int:
-    """Physical cores among the CPUs this process may use (SMT siblings count once): the rule the standalone
-    bundle runner applies too, :func:`autoplace.profile.remote_runner.physical_cores`."""
+    """Physical cores among the CPUs this process may use (SMT siblings count once)."""
     # imported here, not above: autoplace.profile imports this module
     from ..profile.remote_runner import physical_cores as cores
 
     return cores()
 
 
-def requested_threads() -> int | None:
-    """The thread count the user set (``TVM_NUM_THREADS``, else ``OMP_NUM_THREADS``), or None."""
-    for name in THREAD_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value:
-            try:
-                return max(1, int(value))
-            except ValueError:
-                return None
-    return None
-
-
-def use_physical_cores() -> int:
+def use_physical_cores() -> None:
     """Make TVM's CPU thread pool use every physical core unless ``TVM_NUM_THREADS``/``OMP_NUM_THREADS`` is set.
 
-    Returns the thread count TVM will use (the user's, or the physical cores). Has no effect on a thread pool
-    TVM already created in this process (a parallel kernel run before ``import autoplace``).
+    The same rule as the standalone bundle runner (:func:`autoplace.profile.remote_runner.use_physical_cores`).
+    Has no effect on a thread pool TVM already created in this process (a parallel kernel run before
+    ``import autoplace``).
     """
-    requested = requested_threads()
-    if requested is not None:
-        return requested
-    cores = physical_cores()
-    os.environ["TVM_NUM_THREADS"] = str(cores)
-    return cores
+    from ..profile.remote_runner import use_physical_cores as use
+
+    use()
 
 
 def runtime_threads() -> int:

@@ -311,14 +311,15 @@ class KernelTimer:
         unit and target times it again without compiling (a profiling job's later rounds) until
         :meth:`forget_kept`; a worker that restarted in between compiles it again.
         """
+        target_json = _target_json(target)
         task = dict(
             kind=unit.target_kind,
             arg_shapes=[list(s) for s in unit.arg_shapes],
             arg_dtypes=list(unit.arg_dtypes),
             num_outputs=unit.num_outputs,
             compile_only=self.compile_only,
-            target_json=_target_json(target),
-            keep=f"{unit.key}|{_target_json(target)}" if keep else None,
+            target_json=target_json,
+            keep=f"{unit.key}|{target_json}" if keep else None,
             **self.timing,
         )
         if keep and unit.key in self._kept:

@@ -299,7 +299,6 @@ class ProfileStore:
             tags.add(tag)
         return tags
 
-
     def newest_good(self) -> dict:
         """``{(kind, key, target): record}``: the newest successful ``unit`` and ``model`` record of each key
         (what a job's later rounds add to; a record without ``rounds`` is one round)."""
