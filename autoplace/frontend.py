@@ -9,7 +9,12 @@ its ``num_input`` model inputs, and ``params`` holds their values (as returned b
 Normalisation makes ``main`` easy to place:
 
 * every constant tensor in ``main`` becomes a weight parameter (the VM would otherwise copy all
-  constants to device 0 at init, apache/tvm#17884, and a kernel on another device would read them there);
+  constants to device 0 at init, apache/tvm#17884, and a kernel on another device would read them there),
+  except a scalar operand of an elementwise binary op whose other operand depends on a model input or
+  weight (``x * 0.5``, ``x ** 3``): ``LegalizeOps`` makes that an immediate of the kernel, so it never
+  reaches the VM, and the kernel need not load it from memory (``x ** 3`` read from memory is a ``powf``
+  call per element; inline it is ``x * x * x``). (A chain that starts from ``arange`` alone has no
+  device until it reads a weight, so its scalars stay weights.);
 * every binding variable gets a unique name, so a node of the graph view is named by its variable
   exactly as it prints in TVMScript;
 * shapes must be static (placement costs depend on them).
@@ -432,6 +437,9 @@ def _rebuild(main: relax.Function, num_input: int, weights: list, folded: dict |
     lifted_vars: list = []
     lifted_values: list[np.ndarray] = []
     lifted_of: dict = {}  # constant -> its weight parameter (a constant used twice is stored once)
+    # Variables that depend on a parameter: after emission their types carry a vdevice. A chain that
+    # starts from ``arange`` alone gets one only from a weight it reads, so its scalars stay weights.
+    on_device: set = set(new_params)
 
     def lift(constant, hint: str):
         if constant not in lifted_of:
@@ -440,6 +448,7 @@ def _rebuild(main: relax.Function, num_input: int, weights: list, folded: dict |
             lifted_vars.append(var)
             lifted_values.append(value)
             lifted_of[constant] = var
+            on_device.add(var)
         return lifted_of[constant]
 
     def leaf(expr):
@@ -459,6 +468,14 @@ def _rebuild(main: relax.Function, num_input: int, weights: list, folded: dict |
         )
 
     def subst(expr):
+        if isinstance(expr, relax.Call) and _inlines_scalar_operands(expr):
+            # LegalizeOps turns a scalar constant second operand into an immediate, or else the first.
+            lhs, rhs = (a if _is_scalar_constant(a) else subst(a) for a in expr.args)
+            keep_rhs = _is_scalar_constant(rhs) and lhs in on_device
+            keep_lhs = _is_scalar_constant(lhs) and rhs in on_device
+            args = [lhs if keep_lhs or not _is_scalar_constant(lhs) else leaf(lhs),
+                    rhs if keep_rhs or not _is_scalar_constant(rhs) else leaf(rhs)]
+            return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
         return rebuild(expr, leaf)
 
     body = main.body
@@ -487,6 +504,8 @@ def _rebuild(main: relax.Function, num_input: int, weights: list, folded: dict |
             new_name = names(binding.var.name)
             new_var = (relax.DataflowVar if is_dataflow_var else relax.Var)(new_name, binding.var.ty)
             var_map[binding.var] = new_var
+            if any(v in on_device for v in relax.analysis.free_vars(value)):
+                on_device.add(new_var)
             new_bindings.append(relax.VarBinding(new_var, value))
         if isinstance(block, relax.DataflowBlock):
             new_blocks.append(relax.DataflowBlock(new_bindings))
@@ -503,6 +522,25 @@ def _rebuild(main: relax.Function, num_input: int, weights: list, folded: dict |
 
 def _is_tensor_constant(expr) -> bool:
     return isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType)
+
+
+def _is_scalar_constant(expr) -> bool:
+    return _is_tensor_constant(expr) and len(expr.ty.shape) == 0
+
+
+#: Binary ops whose legalization (``relax.transform.legalize_ops.binary``) makes a scalar constant
+#: operand an immediate of the kernel.
+_SCALAR_IMMEDIATE_OPS = frozenset(
+    f"relax.{name}" for name in (
+        "add", "subtract", "multiply", "divide", "floor_divide", "power", "mod", "floor_mod",
+        "maximum", "minimum", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+    )
+)
+
+
+def _inlines_scalar_operands(call: relax.Call) -> bool:
+    return (isinstance(call.op, tvm.ir.Op) and call.op.name in _SCALAR_IMMEDIATE_OPS
+            and len(call.args) == 2)
 
 
 def _collect_vars(expr, out: set) -> None:

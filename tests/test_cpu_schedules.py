@@ -266,6 +266,21 @@ def test_vector_math(op):
     lib = tvm.tirx.build(tvm.IRModule({"main": kernel}), target=TARGET)
     ll = lib.inspect_source("ll")
     assert "@expf" not in ll and "@erff" not in ll and "llvm.exp." not in ll
+    assert "powf" not in ll and "llvm.pow." not in ll
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 4.0, 2.5])
+def test_power_by_a_constant(exponent):
+    """``x ** 2`` (RMS norm), ``x ** 3`` (GPT-2's GELU) are multiplications, not a ``powf`` per element;
+    another exponent keeps TVM's ``pow``. Same numbers either way."""
+    (_name, func), = _prim_funcs(lambda a: R.power(a, relax.const(exponent, "float32")), [(4, 60)])
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    x = np.linspace(0.1, 3.0, 240, dtype="float32").reshape(4, 60)
+    np.testing.assert_allclose(_run(scheduled, [x, np.zeros_like(x)]), x.astype("float64") ** exponent,
+                               rtol=2e-6)
+    ll = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main").without_attr("target")}),
+                        target=TARGET).inspect_source("ll")
+    assert ("powf" in ll or "llvm.pow." in ll) == (exponent == 2.5)
 
 
 def test_exp_edges():

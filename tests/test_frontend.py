@@ -1,8 +1,11 @@
 """Reading models: ONNX files, TVMScript files, torch modules, and the errors users meet."""
 
+import shutil
+
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import autoplace
@@ -100,6 +103,53 @@ def test_weight_transposes_are_computed_once_at_import():
     placement = autoplace.place(model, None, {"relax.nn.relu": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})
     (out,) = placement.run(x.numpy())  # torch export returns a tuple
     np.testing.assert_allclose(out, net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_scalar_operands_stay_inline_and_compute_without_pow():
+    """Scalar constants of elementwise ops (GPT-2's ``0.5 * x * (1 + tanh(c * (x + 0.044715 * x ** 3)))``)
+    are not weights: they become immediates of the kernel, so ``x ** 3`` is ``x * x * x``, not a ``powf``
+    read from memory; the numbers stay PyTorch's, on one device and split over two."""
+    import torch
+
+    class NewGELU(torch.nn.Module):
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), NewGELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(2, 8)
+    model = autoplace.load_model(net, example_inputs=(x,))
+    assert all(np.ndim(w) > 0 for w in model.params), [np.shape(w) for w in model.params]
+    assert len(model.params) == 4  # two weights, two biases
+    want = net(x).detach().numpy()
+    targets = {"cpu0": "llvm", "cpu1": "llvm"}
+    for pins in ({}, {"relax.tanh": "cpu1", "relax.power": "cpu1"}):
+        placement = autoplace.place(model, None, pins, targets)
+        (out,) = placement.run(x.numpy())
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    lowered = autoplace.backend.lower(autoplace.place(model, None, {}, targets).mod)
+    kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert kernels and not any("T.pow(" in k for k in kernels)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile CUDA kernels")
+def test_scalar_operands_of_cuda_kernels_compile():
+    """GPT-2 with every op on a GPU: the inline scalars of its GELU, attention scale and masks become
+    immediates of CUDA kernels; no constant is left for the VM to put on the CPU (apache/tvm#17884)."""
+    from autoplace import zoo
+    from autoplace.backend import build, lower
+
+    model = zoo.get("gpt2")
+    targets = {"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}}
+    assignment = {n: "gpu" for n in autoplace.op_graph(model).graph["order"]}
+    placement = autoplace.place(model, None, assignment, targets)
+    lowered = lower(placement.mod)
+    kernels = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert any(f.attrs["target"].kind.name == "cuda" and "0.0447" in f.script() for f in kernels)
+    constants = []
+    tvm.relax.analysis.post_order_visit(lowered["main"], lambda e: constants.append(e)
+                                        if isinstance(e, tvm.ir.Constant) and len(e.ty.shape) == 0 else None)
+    assert not constants, constants
+    build(placement.mod)  # compiles the CUDA kernels with nvcc; running them needs a GPU
 
 
 def _unnormalized(net, x):

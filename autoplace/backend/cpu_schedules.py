@@ -171,10 +171,34 @@ def _te_gelu(x):
     return topi.multiply(x, topi.add(half, topi.multiply(erf, half)))
 
 
+def _te_integer_power(x, exponent: int):
+    """``x ** exponent`` as multiplications (``topi.power`` calls ``powf`` once per element, ~15x slower)."""
+
+    def power(value):
+        out = value
+        for _ in range(exponent - 1):
+            out = out * value
+        return out
+
+    return te.compute(x.shape, lambda *i: power(x(*i)), name="T_power")
+
+
+#: Constant exponents :func:`cpu_legalize_map` computes by multiplication.
+_MULTIPLIED_EXPONENTS = (1, 2, 3, 4)
+
+
+def _multiplied_exponent(expr) -> int | None:
+    """The exponent of ``power(x, expr)`` when ``expr`` is a scalar constant in :data:`_MULTIPLIED_EXPONENTS`."""
+    if not isinstance(expr, tvm.ir.Constant) or len(expr.ty.shape) != 0:
+        return None
+    value = float(expr.value.numpy())
+    return int(value) if value in _MULTIPLIED_EXPONENTS else None
+
+
 def _te_gelu_tanh(x):
     f32 = "float32"
     inner = topi.multiply(tirx.const((2 / 3.141592653589793) ** 0.5, f32),
-                          topi.add(x, topi.multiply(tirx.const(0.044715, f32), topi.power(x, 3))))
+                          topi.add(x, topi.multiply(tirx.const(0.044715, f32), _te_integer_power(x, 3))))
     half_x = topi.multiply(tirx.const(0.5, f32), x)
     return topi.multiply(half_x, topi.add(tirx.const(1.0, f32), topi.fast_tanh(inner)))
 
@@ -208,11 +232,13 @@ def _call_kind(call) -> str | None:
 
 
 def cpu_legalize_map(default_kind: str | None = None) -> dict:
-    """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math.
+    """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math, and
+    ``power`` with a constant exponent of 1 to 4 (GPT-2's ``x ** 3``, RMS norm's ``x ** 2``) as multiplications.
 
     A call is legalized this way when its device is an llvm one (or it has none and ``default_kind``
     is ``"llvm"``, a single-device CPU build) and it computes float32; otherwise TVM's own
-    legalization is used.
+    legalization is used. The exponent must be a Relax constant (the frontend keeps scalar operands
+    of elementwise ops inline for this, see :func:`autoplace.frontend.import_model`).
     """
 
     def override(op_name, make, hint):
@@ -227,7 +253,17 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
 
         return legalize
 
+    default_power = tvm.ir.Op.get("relax.power").get_attr("FLegalize")
+
+    def legalize_power(bb, call):
+        kind = _call_kind(call) or default_kind
+        exponent = _multiplied_exponent(call.args[1])
+        if kind != "llvm" or exponent is None or str(getattr(call.args[0].ty, "dtype", "")) != "float32":
+            return default_power(bb, call)
+        return bb.call_te(lambda x: _te_integer_power(x, exponent), call.args[0], primfunc_name_hint="power")
+
     return {
+        "relax.power": legalize_power,
         "relax.exp": override("relax.exp", lambda call: _te_exp, "exp"),
         "relax.sigmoid": override("relax.sigmoid", lambda call: _te_sigmoid, "sigmoid"),
         "relax.nn.silu": override("relax.nn.silu", lambda call: _te_silu, "silu"),

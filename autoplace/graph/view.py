@@ -88,14 +88,27 @@ def op_attrs(call) -> dict:
     return {f.name: _jsonable(getattr(attrs, f.name)) for f in info.fields}
 
 
+#: Ops that move or create data without arithmetic (0 FLOPs in :func:`estimate_flops`).
+_DATA_MOVEMENT_OPS = frozenset(f"relax.{name}" for name in (
+    "reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "flatten", "strided_slice",
+    "dynamic_strided_slice", "concat", "split", "repeat", "tile", "flip", "layout_transform", "take",
+    "gather_elements", "gather_nd", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
+    "arange", "tril", "triu", "astype", "to_vdevice", "hint_on_device",
+))
+
+
 def estimate_flops(op: str, in_shapes: list, out_shapes: list, attrs: dict) -> float:
     """A FLOP estimate (multiply-add = 2) used as a cost-model feature and in reports.
 
     Notes
     -----
-    Exact for matmul and convolutions (dense, no sparsity); elementwise, reduction and data-movement
-    ops count one operation per output (or input, for reductions) element, normalisations five.
+    Exact for matmul and convolutions (dense, no sparsity); elementwise and reduction ops count one
+    operation per output (or input, for reductions) element, normalisations five, data movement
+    (reshape, transpose, slicing, gather...) none, so a kernel's heaviest op (its anchor, the op whose
+    geometry the cost model reads) is never a reshape fused before the arithmetic.
     """
+    if op in _DATA_MOVEMENT_OPS:
+        return 0.0
     out_elems = sum(math.prod(s) for s in out_shapes) if out_shapes else 0
     in_elems = sum(math.prod(s) for s in in_shapes) if in_shapes else 0
     if op in ("relax.matmul", "relax.linear") and in_shapes:
