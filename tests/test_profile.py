@@ -216,13 +216,17 @@ def test_tvm_runs_cpu_kernels_on_every_physical_core_unless_the_user_says(tmp_pa
 
 def test_rounds_time_every_kernel_and_model_again_and_keep_the_median(tmp_path):
     """``rounds=2``: each kernel and model is timed twice (the second time without compiling), the newest
-    record keeps both rounds' medians and their median, and the thread count; a job asking for 3 adds the
-    third round only; ``rounds=0`` measures nothing."""
+    record keeps both rounds' medians, how slow the machine ran in each (the canary), the median of the calm
+    ones, and the thread count; a job asking for 3 adds the third round only; ``rounds=0`` measures nothing."""
     import numpy as np
 
     from autoplace.backend.cpu_threads import runtime_threads
     from autoplace.errors import ProfilingError
     from autoplace.profile import profile_models
+    from autoplace.profile.host_speed import calm_rounds
+
+    def timed(path):  # kernel and model records, not the canary's
+        return [line for line in path.read_text().splitlines() if '"kind":"canary"' not in line]
 
     store = ProfileStore(str(tmp_path / "p"))
     with pytest.raises(ProfilingError, match="rounds=0"):
@@ -234,15 +238,36 @@ def test_rounds_time_every_kernel_and_model_again_and_keep_the_median(tmp_path):
     assert len(units) == summary["units_unique"] == 3
     for record in [*units, newest[("model", "mlp", "llvm")]]:
         assert record["rounds"] == 2 and len(record["round_medians_us"]) == 2
-        assert record["median_us"] == pytest.approx(float(np.median(record["round_medians_us"])))
+        assert len(record["round_slowdowns"]) == 2 and record["host_slowdown"] == min(record["round_slowdowns"])
+        calm = calm_rounds(record["round_medians_us"], record["round_slowdowns"])
+        assert record["median_us"] == pytest.approx(float(np.median(calm)))
         assert record["min_us"] <= min(record["round_medians_us"]) <= max(record["round_medians_us"]) <= \
             record["max_us"]
         assert record["threads"] == runtime_threads()
-    lines = len((tmp_path / "p" / "records.jsonl").read_text().splitlines())
+    canaries = store.records().query("kind == 'canary'")
+    assert len(canaries) >= 1 and (canaries["median_us"] > 0).all() and (canaries["host_slowdown"] >= 1).all()
+    lines = len(timed(tmp_path / "p" / "records.jsonl"))
     assert lines == 2 * (3 + 1)  # round 1 and round 2 of 3 kernels and 1 model, nothing else
     profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=3, progress=False)
-    assert len((tmp_path / "p" / "records.jsonl").read_text().splitlines()) == lines + 4
-    assert all(r["rounds"] == 3 for r in store.newest_good().values())
+    assert len(timed(tmp_path / "p" / "records.jsonl")) == lines + 4
+    assert all(r["rounds"] == 3 for (kind, _, _), r in store.newest_good().items() if kind != "canary")
+
+
+def test_rounds_timed_while_the_machine_ran_slow_are_left_out():
+    """A round whose canary read more than 10% slower than the calmest round's does not count; records
+    without the canary (older profiles) keep the plain median of every round."""
+    from autoplace.profile.job import merge_rounds
+
+    first = dict(kind="unit", key="k", median_us=10.0, min_us=9.0, max_us=11.0, samples=7, host_slowdown=1.02)
+    second = merge_rounds(first, dict(median_us=14.0, min_us=13.0, max_us=15.0, samples=7, host_slowdown=1.4))
+    assert second["median_us"] == 10.0 and second["host_slowdown"] == 1.02
+    third = merge_rounds(second, dict(median_us=10.4, min_us=10.0, max_us=11.0, samples=7, host_slowdown=1.05))
+    assert third["median_us"] == pytest.approx(10.2) and third["round_slowdowns"] == [1.02, 1.4, 1.05]
+    assert third["round_medians_us"] == [10.0, 14.0, 10.4] and third["max_us"] == 15.0
+    old = dict(kind="unit", key="k", median_us=10.0, min_us=9.0, max_us=11.0, samples=7)
+    merged = merge_rounds(merge_rounds(old, dict(median_us=14.0, min_us=13.0, max_us=15.0, host_slowdown=1.4)),
+                          dict(median_us=13.0, min_us=12.0, max_us=14.0, host_slowdown=1.0))
+    assert merged["median_us"] == 13.0 and "host_slowdown" not in merged and "round_slowdowns" not in merged
 
 
 def test_kernels_timed_on_another_thread_count_are_measured_again():

@@ -29,6 +29,7 @@ from ..graph import op_graph
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
+from .host_speed import HostSpeed, best_canary_us, calm_rounds
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
 from .store import SUCCESS, ProfileStore
 from .units import extract_units
@@ -112,14 +113,24 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
     A round is one burst of samples (about 0.15 s); on a shared machine a burst can land in a minute when
     another tenant holds a core and read up to 2x slow. A job's rounds are minutes apart, and ``median_us``
     becomes the median over the rounds of each round's median (``round_medians_us``); ``min_us``/``max_us``
-    cover every sample, ``samples`` counts them, ``std_us`` is the newest round's.
+    cover every sample, ``samples`` counts them, ``std_us`` is the newest round's. Where every round
+    says how slow the machine ran (``host_slowdown``, :mod:`.host_speed`), only the rounds within 10% of
+    the calmest one count (``round_slowdowns``; ``host_slowdown`` becomes the calmest round's).
     """
     import numpy as np
 
     medians = [float(v) for v in previous.get("round_medians_us") or [previous["median_us"]]]
     medians.append(float(timing["median_us"]))
+    slowdowns = list(previous.get("round_slowdowns") or [previous.get("host_slowdown")])
+    slowdowns.append(timing.get("host_slowdown"))
     merged = {**previous, **{k: v for k, v in timing.items() if k not in ("min_us", "max_us", "samples")}}
-    merged.update(median_us=float(np.median(medians)), round_medians_us=medians, rounds=len(medians),
+    if all(s is not None for s in slowdowns):
+        merged.update(round_slowdowns=[float(s) for s in slowdowns], host_slowdown=float(min(slowdowns)))
+    else:
+        merged.pop("round_slowdowns", None)
+        merged.pop("host_slowdown", None)
+    merged.update(median_us=float(np.median(calm_rounds(medians, slowdowns))), round_medians_us=medians,
+                  rounds=len(medians),
                   min_us=float(min(previous.get("min_us", np.inf), timing["min_us"])),
                   max_us=float(max(previous.get("max_us", -np.inf), timing["max_us"])),
                   samples=int(previous.get("samples", 0)) + int(timing.get("samples", 0)), measured_at=_now())
@@ -289,6 +300,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
+            speed = _host_speed(store) if "llvm" in kinds else None
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             todo, seen, total_units, model_runs = [], set(), 0, []
             for model, graph, by_kind in extracted:
@@ -307,15 +319,21 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
                 + (f"; not on this machine: {skipped}" if skipped else ""))
-            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=rounds > 1)
+            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=rounds > 1,
+                                              speed=speed)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if rounds > 1 else 0)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
                 placement, inputs = kept.get(model, graph, targets, tname)
-                _append(store, model_record(model, graph, units, targets, tname, kind, placement=placement,
-                                            inputs=inputs))
+                slowdown = speed.slowdown() if speed is not None and kind == "llvm" else None
+                record = model_record(model, graph, units, targets, tname, kind, placement=placement, inputs=inputs)
+                if slowdown is not None and record.get("status") == "ok":
+                    record["host_slowdown"] = slowdown
+                _append(store, record)
             if rounds > 1:
-                _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress)
+                _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress, speed)
+            if speed is not None and speed.report():
+                log(speed.report())
             if copies:
                 _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     finally:
@@ -377,8 +395,19 @@ def _probe(timer: KernelTimer, target, kind: str) -> None:
         )
 
 
+def _host_speed(store: ProfileStore) -> HostSpeed:
+    """A :class:`HostSpeed` for a job on ``store``: starts from the folder's fastest canary, stores each
+    canary it times (``kind="canary"``)."""
+
+    def keep(canary_us, slowdown):
+        _append(store, dict(kind="canary", key="host", target="llvm", status="ok", median_us=canary_us,
+                            host_slowdown=slowdown, threads=runtime_threads()))
+
+    return HostSpeed(best_canary_us(store.records()), on_timed=keep)
+
+
 def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool,
-                   keep: bool = False):
+                   keep: bool = False, speed: HostSpeed | None = None):
     """Measure ``todo`` after the harness checks; failures on a target stay in memory until one kernel
     there succeeds, and a target where every kernel fails raises instead of recording them."""
     if not todo:
@@ -392,7 +421,10 @@ def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: Profil
     bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
     for model_name, graph, unit, target, kind in bar:
         bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
+        slowdown = speed.slowdown() if speed is not None and kind == "llvm" else None
         result = timer.measure(unit, target, keep=keep)
+        if slowdown is not None and result.get("status") in SUCCESS:
+            result["host_slowdown"] = slowdown
         record = unit_record(unit, graph, model_name, kind, result)
         measured += 1
         if result["status"] in SUCCESS:
@@ -448,7 +480,7 @@ def _kept_builds_budget() -> int:
 
 
 def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTimer, kept: _KeptBuilds,
-                 rounds: int, end_to_end: bool, progress: bool) -> None:
+                 rounds: int, end_to_end: bool, progress: bool, speed: HostSpeed | None = None) -> None:
     """Rounds 2..``rounds``: time every successful kernel and model of the job again, one round after the
     other over all of them (so a kernel's rounds are minutes apart), and append each merged record
     (:func:`merge_rounds`). A record that already has ``rounds`` rounds is left; one with fewer (a job
@@ -464,20 +496,26 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
                 if tag in newest and tag not in seen:
                     seen.add(tag)
                     units.append((tag, unit, targets[kinds[kind]].target))
+
+    def slowdown(tag):
+        return speed.slowdown() if speed is not None and tag[2] == "llvm" else None
+
     for round_ in range(2, rounds + 1):
         behind = [item for item in units if int(newest[item[0]].get("rounds", 1)) < round_]
         for tag, unit, target in tqdm(behind, desc=f"kernels, round {round_}/{rounds}", unit="kernel",
                                       disable=not progress):
+            slow = slowdown(tag)
             result = timer.measure(unit, target, keep=True)
             if result.get("status") == "ok":
-                newest[tag] = _append(store, merge_rounds(newest[tag], result))
+                newest[tag] = _append(store, merge_rounds(newest[tag], dict(result, host_slowdown=slow)))
         behind = [item for item in models if int(newest[item[0]].get("rounds", 1)) < round_]
         for tag, model, graph, name, kind in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
+            slow = slowdown(tag)
             timing = time_end_to_end(placement.runner, inputs, kind)
             if timing.get("status") == "ok":
-                newest[tag] = _append(store, merge_rounds(newest[tag], timing))
+                newest[tag] = _append(store, merge_rounds(newest[tag], dict(timing, host_slowdown=slow)))
     timer.forget_kept()
 
 

@@ -1,0 +1,118 @@
+"""How fast this machine runs right now: a fixed reference kernel timed every few seconds of a profile job.
+
+On a shared or virtual machine another tenant can take a core for minutes, and every kernel timed then
+reads slow (on the Zen 3, a whole 16-minute profile once read 20-40% slow against the same kernels an
+hour earlier, three rounds and all). Rounds minutes apart do not help when the slow stretch is longer
+than the job. :class:`HostSpeed` times a fixed matmul (the *canary*) on the CPU before a record is
+timed, at most every ``interval_s``, and each CPU record carries ``host_slowdown``: the canary's time
+now over the fastest the folder has ever seen (``kind="canary"`` records keep that). Rounds are then
+merged from the calm ones (:func:`autoplace.profile.job.merge_rounds`), and the job says how much of
+what it timed ran slow, so ``--rounds`` can add rounds until enough are calm.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+#: The canary: ``(M, K) @ (K, N)`` float32 on every CPU thread, about 0.2 ms on two Zen 3 cores.
+CANARY_SHAPE = (128, 256, 256)
+#: ``host_slowdown`` above which a record counts as timed while the machine ran slow.
+SLOW = 1.15
+
+
+def _canary_runner():
+    """``time_us()`` of the canary, compiled with autoplace's CPU pipeline for this machine's CPU."""
+    import tvm
+    from tvm import relax
+
+    from ..backend.cpu_schedules import cpu_target
+    from ..backend.pipeline import single_device_build
+
+    m, k, n = CANARY_SHAPE
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((m, k), "float32"))
+    b = relax.Var("b", relax.TensorType((k, n), "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(a, b))
+        bb.emit_func_output(out)
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(single_device_build(bb.get(), cpu_target("llvm")), dev)
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32"), dev) for s in ((m, k), (k, n))]
+    timer = vm.time_evaluator("main", dev, number=20, repeat=5)
+
+    def time_us() -> float:
+        return float(np.median(timer(*args).results)) * 1e6
+
+    time_us()  # warm up
+    return time_us
+
+
+class HostSpeed:
+    """The canary's latest time against the fastest seen, refreshed at most every ``interval_s``.
+
+    Parameters
+    ----------
+    best_us : float, optional
+        The fastest canary this profile folder has recorded (its ``kind="canary"`` records).
+    interval_s : float
+        Seconds between two canary timings (each takes about 20 ms).
+    on_timed : callable, optional
+        Called with ``(canary_us, slowdown)`` after each timing (the job stores it as a record).
+    """
+
+    def __init__(self, best_us: float | None = None, interval_s: float = 2.0, on_timed=None):
+        self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
+        self.interval_s = interval_s
+        self.on_timed = on_timed
+        self._time_us = None
+        self._last = -np.inf
+        self.current = 1.0
+        self.timed: list[float] = []  # every slowdown read in this job
+
+    def slowdown(self) -> float:
+        """``canary now / fastest canary seen`` (1.0 = as fast as this machine has run)."""
+        if time.monotonic() - self._last >= self.interval_s:
+            if self._time_us is None:
+                self._time_us = _canary_runner()
+            canary_us = self._time_us()
+            self._last = time.monotonic()
+            self.best_us = canary_us if self.best_us is None else min(self.best_us, canary_us)
+            self.current = canary_us / self.best_us
+            self.timed.append(self.current)
+            if self.on_timed is not None:
+                self.on_timed(canary_us, self.current)
+        return self.current
+
+    def report(self) -> str:
+        """One line for the job's log: how much of it ran slow."""
+        if not self.timed:
+            return ""
+        slow = sum(s > SLOW for s in self.timed)
+        return (f"host speed: canary slowdown median {np.median(self.timed):.2f}, max {max(self.timed):.2f} "
+                f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
+                f"{self.best_us:.0f} us)"
+                + ("; the rounds timed while it ran slow are left out where calmer ones exist: "
+                   "add rounds with a higher --rounds" if slow else ""))
+
+
+def best_canary_us(records) -> float | None:
+    """The fastest canary in a profile's records (a DataFrame), None without any."""
+    if records is None or records.empty or "kind" not in records:
+        return None
+    canary = records[records["kind"] == "canary"]
+    if canary.empty or "median_us" not in canary:
+        return None
+    return float(canary["median_us"].astype(float).min())
+
+
+def calm_rounds(medians: list, slowdowns: list) -> list:
+    """The round medians whose slowdown is within 10% of the calmest round's (all of them when a round
+    has no slowdown recorded)."""
+    if not slowdowns or len(slowdowns) != len(medians) or any(s is None for s in slowdowns):
+        return list(medians)
+    calmest = min(slowdowns)
+    return [m for m, s in zip(medians, slowdowns) if s <= calmest * 1.10]
