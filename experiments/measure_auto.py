@@ -6,7 +6,9 @@ that this machine's profile (the committed one, when this is the machine that me
 (all on the one CPU target) and builds the plan; the prediction of the cost model alone (``measure="never"``)
 is kept for comparison. Then every built plan is timed in ``--rounds`` rounds over all the models (round 1
 times each model once, then round 2, ...: a model's rounds are a minute or more apart, as the profiler's
-``--rounds`` times kernels), and the measured latency is the median of the rounds' medians. Reported: the
+``--rounds`` times kernels), and the measured latency is the median of the rounds' medians, over the
+rounds that ran within 10% of the calmest one (the host-speed canary, :mod:`autoplace.profile.host_speed`,
+is timed before each burst, against the fastest canary of this machine's committed profile). Reported: the
 predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
 priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
@@ -54,18 +56,21 @@ def plan(spec: str) -> tuple[dict, object, list]:
     return row, placement, inputs
 
 
-def time_rounds(built: dict, rounds: int) -> dict:
-    """``{spec: [median of each round's samples]}``: every plan timed once per round, round after round."""
+def time_rounds(built: dict, rounds: int, speed) -> dict:
+    """``{spec: ([median of each round's samples], [samples], [canary slowdown before each round])}``: every
+    plan timed once per round, round after round, the host-speed canary timed before each burst."""
     medians = {spec: [] for spec in built}
     samples = {spec: [] for spec in built}
+    slowdowns = {spec: [] for spec in built}
     number = {spec: max(1, int(20_000 / max(1.0, float(np.median(p.runner.time_us(x, repeat=3))))))
               for spec, (p, x) in built.items()}
     for _ in range(rounds):
         for spec, (placement, inputs) in built.items():
+            slowdowns[spec].append(speed.slowdown())
             burst = placement.runner.time_us(inputs, number=number[spec], repeat=5)
             medians[spec].append(float(np.median(burst)))
             samples[spec].extend(float(v) for v in burst)
-    return {spec: (medians[spec], samples[spec]) for spec in built}
+    return {spec: (medians[spec], samples[spec], slowdowns[spec]) for spec in built}
 
 
 def main(argv=None):
@@ -83,15 +88,25 @@ def main(argv=None):
         built[spec] = (placement, inputs)
         print(f"{spec}: predicted {row['predicted_us']:.1f} us ({row['measured_kernels']} of {row['kernels']} "
               f"kernels measured, {row['measure_and_plan_s']:.0f} s)", flush=True)
-    timings = time_rounds(built, args.rounds)
+    from autoplace.profile import ProfileStore
+    from autoplace.profile.host_speed import HostSpeed, best_canary_us, calm_rounds
+
+    profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
+                           hardware_metadata()["hardware_id"])
+    best = best_canary_us(ProfileStore(profile).records()) if os.path.isdir(profile) else None
+    speed = HostSpeed(best, interval_s=0.0)
+    timings = time_rounds(built, args.rounds, speed)
     for row in rows:
-        medians, samples = timings[row["model"]]
-        row.update(measured_median_us=float(np.median(medians)), measured_min_us=min(samples),
-                   measured_max_us=max(samples), round_medians_us=medians)
+        medians, samples, slowdowns = timings[row["model"]]
+        calm = calm_rounds(medians, slowdowns)
+        row.update(measured_median_us=float(np.median(calm)), measured_min_us=min(samples),
+                   measured_max_us=max(samples), round_medians_us=medians, round_slowdowns=slowdowns,
+                   calm_rounds=len(calm), all_rounds_median_us=float(np.median(medians)))
         row["error"] = row["predicted_us"] / row["measured_median_us"] - 1.0
         row["never_error"] = row["never_predicted_us"] / row["measured_median_us"] - 1.0
         print(f"{row['model']}: predicted {row['predicted_us']:.1f} us, measured {row['measured_median_us']:.1f} us "
-              f"({row['error']:+.1%}; rounds {', '.join(f'{m:.0f}' for m in medians)}); cost model alone "
+              f"({row['error']:+.1%}; rounds {', '.join(f'{m:.0f}' for m in medians)}, canary slowdowns "
+              f"{', '.join(f'{v:.2f}' for v in slowdowns)}, {row['calm_rounds']} calm); cost model alone "
               f"{row['never_error']:+.1%}", flush=True)
     table = pd.DataFrame(rows)
     meta = hardware_metadata()

@@ -228,7 +228,9 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
             out.setdefault(r["kind"], set()).update(r)
         return out
 
-    assert fields(after) == fields(mine)
+    # Only the host-speed canary differs: it times this machine, not the servers a farm job times on.
+    local_only = {"host_slowdown", "canary_us"}
+    assert fields(after) == {kind: names - local_only for kind, names in fields(mine).items()}
 
 
 def test_a_server_killed_mid_job_is_reported_and_its_kernels_measured_on_the_other(tmp_path, rt):

@@ -4,8 +4,8 @@ On a shared or virtual machine another tenant can take a core for minutes, and e
 reads slow (on the Zen 3, a whole 16-minute profile once read 20-40% slow against the same kernels an
 hour earlier, three rounds and all). Rounds minutes apart do not help when the slow stretch is longer
 than the job. :class:`HostSpeed` times a fixed matmul (the *canary*) on the CPU before a record is
-timed, at most every ``interval_s``, and each CPU record carries ``host_slowdown``: the canary's time
-now over the fastest the folder has ever seen (``kind="canary"`` records keep that). Rounds are then
+timed, at most every ``interval_s``, and each CPU record carries ``canary_us`` (the canary's time then)
+and ``host_slowdown``: that over the fastest canary any record of the folder carries. Rounds are then
 merged from the calm ones (:func:`autoplace.profile.job.merge_rounds`), and the job says how much of
 what it timed ran slow, so ``--rounds`` can add rounds until enough are calm.
 """
@@ -57,20 +57,18 @@ class HostSpeed:
     Parameters
     ----------
     best_us : float, optional
-        The fastest canary this profile folder has recorded (its ``kind="canary"`` records).
+        The fastest canary this profile folder has recorded (:func:`best_canary_us`).
     interval_s : float
         Seconds between two canary timings (each takes about 20 ms).
-    on_timed : callable, optional
-        Called with ``(canary_us, slowdown)`` after each timing (the job stores it as a record).
     """
 
-    def __init__(self, best_us: float | None = None, interval_s: float = 2.0, on_timed=None):
+    def __init__(self, best_us: float | None = None, interval_s: float = 2.0):
         self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
         self.interval_s = interval_s
-        self.on_timed = on_timed
         self._time_us = None
         self._last = -np.inf
         self.current = 1.0
+        self.canary_us = None  # the latest timing
         self.timed: list[float] = []  # every slowdown read in this job
 
     def slowdown(self) -> float:
@@ -78,20 +76,24 @@ class HostSpeed:
         if time.monotonic() - self._last >= self.interval_s:
             if self._time_us is None:
                 self._time_us = _canary_runner()
-            canary_us = self._time_us()
+            self.canary_us = self._time_us()
             self._last = time.monotonic()
-            self.best_us = canary_us if self.best_us is None else min(self.best_us, canary_us)
-            self.current = canary_us / self.best_us
+            self.best_us = self.canary_us if self.best_us is None else min(self.best_us, self.canary_us)
+            self.current = self.canary_us / self.best_us
             self.timed.append(self.current)
-            if self.on_timed is not None:
-                self.on_timed(canary_us, self.current)
         return self.current
 
-    def report(self) -> str:
-        """One line for the job's log: how much of it ran slow."""
-        if not self.timed:
-            return ""
+    def fields(self) -> dict:
+        """``host_slowdown`` and ``canary_us`` for a record timed now (timing the canary if it is due)."""
+        slowdown = self.slowdown()
+        return dict(host_slowdown=slowdown, canary_us=self.canary_us)
+
+    def report(self, always: bool = True) -> str:
+        """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran
+        slow and not ``always``)."""
         slow = sum(s > SLOW for s in self.timed)
+        if not self.timed or not (slow or always):
+            return ""
         return (f"host speed: canary slowdown median {np.median(self.timed):.2f}, max {max(self.timed):.2f} "
                 f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
                 f"{self.best_us:.0f} us)"
@@ -100,13 +102,11 @@ class HostSpeed:
 
 
 def best_canary_us(records) -> float | None:
-    """The fastest canary in a profile's records (a DataFrame), None without any."""
-    if records is None or records.empty or "kind" not in records:
+    """The fastest canary the records of a profile (a DataFrame) carry, None without any."""
+    if records is None or records.empty or "canary_us" not in records:
         return None
-    canary = records[records["kind"] == "canary"]
-    if canary.empty or "median_us" not in canary:
-        return None
-    return float(canary["median_us"].astype(float).min())
+    canary = records["canary_us"].astype(float)
+    return float(canary.min()) if canary.notna().any() else None
 
 
 def calm_rounds(medians: list, slowdowns: list) -> list:

@@ -276,7 +276,7 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     by_kind = {kind: units for kind, units in units_by_kind.items() if kind in kinds}
     summary = _profile_extracted([(model, graph, by_kind)], targets, kinds, runnable, store, copies=copies,
                                  end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
-                                 progress=progress, log=log, lock_timeout_s=None)
+                                 progress=progress, log=log, lock_timeout_s=None, report_speed=False)
     return dict(summary, seconds=time.perf_counter() - started)
 
 
@@ -294,13 +294,13 @@ def extract_models(models: Iterable, targets, kinds: dict) -> list:
 
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
-                       timer, progress, log, lock_timeout_s, rounds: int = 1) -> dict:
+                       timer, progress, log, lock_timeout_s, rounds: int = 1, report_speed: bool = True) -> dict:
     """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
-            speed = _host_speed(store) if "llvm" in kinds else None
+            speed = HostSpeed(best_canary_us(store.records())) if "llvm" in kinds else None
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             todo, seen, total_units, model_runs = [], set(), 0, []
             for model, graph, by_kind in extracted:
@@ -325,14 +325,14 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
                 placement, inputs = kept.get(model, graph, targets, tname)
-                slowdown = speed.slowdown() if speed is not None and kind == "llvm" else None
+                speed_now = speed.fields() if speed is not None and kind == "llvm" else {}
                 record = model_record(model, graph, units, targets, tname, kind, placement=placement, inputs=inputs)
-                if slowdown is not None and record.get("status") == "ok":
-                    record["host_slowdown"] = slowdown
+                if record.get("status") == "ok":
+                    record.update(speed_now)
                 _append(store, record)
             if rounds > 1:
                 _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress, speed)
-            if speed is not None and speed.report():
+            if speed is not None and speed.report(always=report_speed):
                 log(speed.report())
             if copies:
                 _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
@@ -395,17 +395,6 @@ def _probe(timer: KernelTimer, target, kind: str) -> None:
         )
 
 
-def _host_speed(store: ProfileStore) -> HostSpeed:
-    """A :class:`HostSpeed` for a job on ``store``: starts from the folder's fastest canary, stores each
-    canary it times (``kind="canary"``)."""
-
-    def keep(canary_us, slowdown):
-        _append(store, dict(kind="canary", key="host", target="llvm", status="ok", median_us=canary_us,
-                            host_slowdown=slowdown, threads=runtime_threads()))
-
-    return HostSpeed(best_canary_us(store.records()), on_timed=keep)
-
-
 def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool,
                    keep: bool = False, speed: HostSpeed | None = None):
     """Measure ``todo`` after the harness checks; failures on a target stay in memory until one kernel
@@ -421,10 +410,10 @@ def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: Profil
     bar = tqdm(todo, desc="kernels", unit="kernel", disable=not progress)
     for model_name, graph, unit, target, kind in bar:
         bar.set_postfix_str(f"{model_name}:{unit.func_name}"[:40])
-        slowdown = speed.slowdown() if speed is not None and kind == "llvm" else None
+        speed_now = speed.fields() if speed is not None and kind == "llvm" else {}
         result = timer.measure(unit, target, keep=keep)
-        if slowdown is not None and result.get("status") in SUCCESS:
-            result["host_slowdown"] = slowdown
+        if result.get("status") in SUCCESS:
+            result.update(speed_now)
         record = unit_record(unit, graph, model_name, kind, result)
         measured += 1
         if result["status"] in SUCCESS:
@@ -497,25 +486,25 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
                     seen.add(tag)
                     units.append((tag, unit, targets[kinds[kind]].target))
 
-    def slowdown(tag):
-        return speed.slowdown() if speed is not None and tag[2] == "llvm" else None
+    def speed_now(tag):
+        return speed.fields() if speed is not None and tag[2] == "llvm" else dict(host_slowdown=None)
 
     for round_ in range(2, rounds + 1):
         behind = [item for item in units if int(newest[item[0]].get("rounds", 1)) < round_]
         for tag, unit, target in tqdm(behind, desc=f"kernels, round {round_}/{rounds}", unit="kernel",
                                       disable=not progress):
-            slow = slowdown(tag)
+            now = speed_now(tag)
             result = timer.measure(unit, target, keep=True)
             if result.get("status") == "ok":
-                newest[tag] = _append(store, merge_rounds(newest[tag], dict(result, host_slowdown=slow)))
+                newest[tag] = _append(store, merge_rounds(newest[tag], dict(result, **now)))
         behind = [item for item in models if int(newest[item[0]].get("rounds", 1)) < round_]
         for tag, model, graph, name, kind in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
-            slow = slowdown(tag)
+            now = speed_now(tag)
             timing = time_end_to_end(placement.runner, inputs, kind)
             if timing.get("status") == "ok":
-                newest[tag] = _append(store, merge_rounds(newest[tag], dict(timing, host_slowdown=slow)))
+                newest[tag] = _append(store, merge_rounds(newest[tag], dict(timing, **now)))
     timer.forget_kept()
 
 
