@@ -3,8 +3,8 @@
 On a shared or virtual machine another tenant can take a core for minutes, and every kernel timed then
 reads slow (on the Zen 3, a whole 16-minute profile once read 20-40% slow against the same kernels an
 hour earlier, three rounds and all). Rounds minutes apart do not help when the slow stretch is longer
-than the job. :class:`HostSpeed` times a fixed matmul (the *canary*) on the CPU before a record is
-timed, at most every ``interval_s``, and each CPU record carries ``canary_us`` (the canary's time then)
+than the job. :class:`HostSpeed` times a fixed matmul (the *canary*) on the CPU right before a record
+is timed, and each CPU record carries ``canary_us`` (the canary's time then)
 and ``host_slowdown``: that over the fastest canary any record of the folder carries. Rounds are then
 merged from the calm ones (:func:`autoplace.profile.job.merge_rounds`), and the job says how much of
 what it timed ran slow, so ``--rounds`` can add rounds until enough are calm.
@@ -59,10 +59,12 @@ class HostSpeed:
     best_us : float, optional
         The fastest canary this profile folder has recorded (:func:`best_canary_us`).
     interval_s : float
-        Seconds between two canary timings (each takes about 20 ms).
+        Seconds between two canary timings (each takes about 10 ms). The default, 0, times it before
+        every record: on the Zen 3 the canary flips between 1x and 2x in stretches of one to a few
+        seconds (one of the two vCPUs taken by the host), so an older reading says little.
     """
 
-    def __init__(self, best_us: float | None = None, interval_s: float = 2.0):
+    def __init__(self, best_us: float | None = None, interval_s: float = 0.0):
         self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
         self.interval_s = interval_s
         self._time_us = None
