@@ -244,6 +244,21 @@ def parse(spec: str) -> Model:
 GRID_SIZES = (64, 192, 256, 768, 1024, 3072, 4096, 128, 512, 2048)
 
 
+def matmul_module(m: int, k: int, n: int):
+    """``main(a, b) = a @ b`` for float32 ``(m, k) @ (k, n)``, both operands inputs: the host-speed canary's
+    kernel (:mod:`autoplace.profile.host_speed`) and ``experiments/vs_pytorch.py``'s ``matmul:MxKxN``."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((m, k), "float32"))
+    b = relax.Var("b", relax.TensorType((k, n), "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(a, b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def regime_grid(max_fmas: float = 6.8e7, max_fmas_large_m: float = 3e8) -> list[Model]:
     """Single-kernel models on a fixed grid of strides: what a naive CPU kernel costs per access.
 

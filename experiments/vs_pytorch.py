@@ -60,16 +60,7 @@ from autoplace.backend.cpu_schedules import cpu_target, host_cpu, rule_counts
 
 def _matmul_model(spec: str):
     """``matmul:MxKxN``: one (M, K) @ (K, N) matmul, both operands inputs (the issue's kernel)."""
-    from tvm import relax
-
     m, k, n = (int(x) for x in spec.split(":", 1)[1].lower().split("x"))
-    bb = relax.BlockBuilder()
-    a = relax.Var("a", relax.TensorType((m, k), "float32"))
-    b = relax.Var("b", relax.TensorType((k, n), "float32"))
-    with bb.function("main", [a, b]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.matmul(a, b))
-        bb.emit_func_output(out)
 
     class Matmul(torch.nn.Module):
         def forward(self, x, y):
@@ -77,7 +68,7 @@ def _matmul_model(spec: str):
 
     gen = torch.Generator().manual_seed(0)
     inputs = (torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen))
-    return autoplace.load_model(bb.get(), name=spec), Matmul().eval(), inputs, 2.0 * m * k * n
+    return autoplace.load_model(zoo.matmul_module(m, k, n), name=spec), Matmul().eval(), inputs, 2.0 * m * k * n
 
 
 def peak_gflops(threads: int) -> dict:

@@ -29,17 +29,11 @@ def _canary_runner():
 
     from ..backend.cpu_schedules import cpu_target
     from ..backend.pipeline import single_device_build
+    from ..zoo import matmul_module
 
     m, k, n = CANARY_SHAPE
-    bb = relax.BlockBuilder()
-    a = relax.Var("a", relax.TensorType((m, k), "float32"))
-    b = relax.Var("b", relax.TensorType((k, n), "float32"))
-    with bb.function("main", [a, b]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.matmul(a, b))
-        bb.emit_func_output(out)
     dev = tvm.cpu()
-    vm = relax.VirtualMachine(single_device_build(bb.get(), cpu_target("llvm")), dev)
+    vm = relax.VirtualMachine(single_device_build(matmul_module(m, k, n), cpu_target("llvm")), dev)
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32"), dev) for s in ((m, k), (k, n))]
     timer = vm.time_evaluator("main", dev, number=20, repeat=5)
