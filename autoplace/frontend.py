@@ -13,8 +13,8 @@ Normalisation makes ``main`` easy to place:
   except a scalar operand of an elementwise binary op whose other operand depends on a model input or
   weight (``x * 0.5``, ``x ** 3``): ``LegalizeOps`` makes that an immediate of the kernel, so it never
   reaches the VM, and the kernel need not load it from memory (``x ** 3`` read from memory is a ``powf``
-  call per element; inline it is ``x * x * x``). (A chain that starts from ``arange`` alone has no
-  device until it reads a weight, so its scalars stay weights.);
+  call per element; inline it is ``x * x * x``). A chain that starts from ``arange`` alone has no
+  device until it reads a weight, so its scalars stay weights;
 * every binding variable gets a unique name, so a node of the graph view is named by its variable
   exactly as it prints in TVMScript;
 * shapes must be static (placement costs depend on them).

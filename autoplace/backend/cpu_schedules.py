@@ -238,7 +238,7 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
     A call is legalized this way when its device is an llvm one (or it has none and ``default_kind``
     is ``"llvm"``, a single-device CPU build) and it computes float32; otherwise TVM's own
     legalization is used. The exponent must be a Relax constant (the frontend keeps scalar operands
-    of elementwise ops inline for this, see :func:`autoplace.frontend.import_model`).
+    of elementwise ops inline for this, see :func:`autoplace.frontend.normalize`).
     """
 
     def override(op_name, make, hint):

@@ -300,7 +300,6 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
-            speed = HostSpeed(best_canary_us(store.records())) if "llvm" in kinds else None
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             todo, seen, total_units, model_runs = [], set(), 0, []
             for model, graph, by_kind in extracted:
@@ -319,6 +318,9 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
                 + (f"; not on this machine: {skipped}" if skipped else ""))
+            # The canary starts from the folder's fastest reading: read the records only when timing something.
+            timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
+            speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=rounds > 1,
                                               speed=speed)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if rounds > 1 else 0)
