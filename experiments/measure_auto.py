@@ -8,7 +8,8 @@ is kept for comparison. Then every built plan is timed in ``--rounds`` rounds ov
 times each model once, then round 2, ...: a model's rounds are a minute or more apart, as the profiler's
 ``--rounds`` times kernels), and the measured latency is the median of the rounds' medians, over the
 rounds that ran within 10% of the calmest one (the host-speed canary, :mod:`autoplace.profile.host_speed`,
-is timed before each burst, against the fastest canary of this machine's committed profile). Reported: the
+is timed before each sample, against the fastest canary of this machine's committed profile, and a round
+keeps the samples timed while the host ran calm, waiting up to 3 s for 5 calm ones). Reported: the
 predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
 priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
@@ -57,19 +58,22 @@ def plan(spec: str) -> tuple[dict, object, list]:
 
 
 def time_rounds(built: dict, rounds: int, speed) -> dict:
-    """``{spec: ([median of each round's samples], [samples], [canary slowdown before each round])}``: every
-    plan timed once per round, round after round, the host-speed canary timed before each burst."""
+    """``{spec: ([median of each round's calm samples], [each round's min and max sample], [canary slowdown of each round])}``: every
+    plan timed once per round, round after round; within a round each sample follows a canary and only the
+    samples timed while the host ran calm count (:func:`autoplace.profile.job.time_end_to_end`)."""
+    from autoplace.profile.job import time_end_to_end
+
     medians = {spec: [] for spec in built}
     samples = {spec: [] for spec in built}
     slowdowns = {spec: [] for spec in built}
-    number = {spec: max(1, int(20_000 / max(1.0, float(np.median(p.runner.time_us(x, repeat=3))))))
-              for spec, (p, x) in built.items()}
     for _ in range(rounds):
         for spec, (placement, inputs) in built.items():
-            slowdowns[spec].append(speed.slowdown())
-            burst = placement.runner.time_us(inputs, number=number[spec], repeat=5)
-            medians[spec].append(float(np.median(burst)))
-            samples[spec].extend(float(v) for v in burst)
+            timing = time_end_to_end(placement.runner, inputs, "llvm", repeat=5, speed=speed)
+            if timing["status"] != "ok":
+                raise RuntimeError(f"{spec}: {timing['error']}")
+            medians[spec].append(timing["median_us"])
+            samples[spec].extend([timing["min_us"], timing["max_us"]])
+            slowdowns[spec].append(timing["host_slowdown"])
     return {spec: (medians[spec], samples[spec], slowdowns[spec]) for spec in built}
 
 

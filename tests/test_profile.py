@@ -271,6 +271,48 @@ def test_rounds_timed_while_the_machine_ran_slow_are_left_out():
     assert merged["median_us"] == 13.0 and "host_slowdown" not in merged and "round_slowdowns" not in merged
 
 
+def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():
+    """With the canary, each end-to-end sample follows a canary reading; samples after a slow reading (a
+    scripted host: every other second sample runs 2x slow, as the canary says) do not count, and a host
+    that never calms down gives up after ``patience_s`` with what it has, saying how slow it ran."""
+    import itertools
+
+    from autoplace.profile.host_speed import HostSpeed
+    from autoplace.profile.job import time_end_to_end
+
+    class Host:  # the canary and the model slow down together
+        def __init__(self, pattern):
+            self.slow = itertools.cycle(pattern)
+            self.now = 1.0
+
+        def canary_us(self):
+            self.now = next(self.slow)
+            return 100.0 * self.now
+
+    class Runner:
+        def __init__(self, host):
+            self.host = host
+
+        def time_us(self, inputs, *, number=1, repeat=10):
+            return [1000.0 * self.host.now] * repeat
+
+    host = Host([1.0, 2.0, 2.0, 1.05])
+    speed = HostSpeed(100.0)
+    speed._time_us = host.canary_us
+    timing = time_end_to_end(Runner(host), [], "cuda", repeat=5, speed=speed)
+    assert timing["status"] == "ok" and timing["calm_samples"] == 5 and timing["samples"] == 9
+    assert timing["median_us"] == 1000.0 and timing["max_us"] == 2000.0  # every sample is in min/max
+    assert timing["host_slowdown"] == 1.0 and timing["canary_us"] == 100.0
+
+    slow = Host([1.5, 1.8])
+    speed = HostSpeed(100.0)
+    speed._time_us = slow.canary_us
+    timing = time_end_to_end(Runner(slow), [], "cuda", repeat=3, speed=speed, patience_s=0.0)
+    assert timing["samples"] == 3 and timing["calm_samples"] == 2 and timing["median_us"] == 1500.0
+    assert timing["host_slowdown"] == pytest.approx(1.5)
+    assert "host_slowdown" not in time_end_to_end(Runner(slow), [], "cuda", repeat=3)  # no canary: plain median
+
+
 def test_kernels_timed_on_another_thread_count_are_measured_again():
     from autoplace.backend.cpu_threads import runtime_threads
     from autoplace.cost_model import CostTable

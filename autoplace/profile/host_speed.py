@@ -84,6 +84,33 @@ class HostSpeed:
         slowdown = self.slowdown()
         return dict(host_slowdown=slowdown, canary_us=self.canary_us)
 
+    def calm_samples(self, sample_us, wanted: int, patience_s: float = 3.0) -> dict:
+        """Samples of ``sample_us()`` (one timing of a few ms, in us), each right after a canary, kept from
+        the calm stretches of a host whose speed flips every second or so.
+
+        Times until ``wanted`` samples followed a canary within :data:`SLOW` of the fastest, or, after
+        ``patience_s`` seconds, as soon as ``wanted`` samples are in. The samples kept are those whose canary
+        read within 10% of the calmest canary of the call (all ``wanted`` of them when the host stayed calm).
+
+        Returns
+        -------
+        dict
+            ``kept_us`` (the samples kept), ``all_us`` (every sample), ``host_slowdown`` (the median slowdown
+            of the samples kept) and ``canary_us`` (their median canary).
+        """
+        pairs, start = [], time.monotonic()
+        while True:
+            self.slowdown()
+            pairs.append((self.canary_us, float(sample_us())))
+            calm = sum(c <= self.best_us * SLOW for c, _ in pairs)
+            if calm >= wanted or (len(pairs) >= wanted and time.monotonic() - start >= patience_s):
+                break
+        calmest = min(c for c, _ in pairs)
+        kept = [(c, v) for c, v in pairs if c <= calmest * 1.10]
+        canary = float(np.median([c for c, _ in kept]))
+        return dict(kept_us=[v for _, v in kept], all_us=[v for _, v in pairs], canary_us=canary,
+                    host_slowdown=canary / self.best_us)
+
     def report(self, always: bool = True) -> str:
         """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran
         slow and not ``always``)."""

@@ -77,29 +77,45 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
 
 
 def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, *, repeat: int = 7,
-                 placement=None, inputs=None) -> dict:
+                 placement=None, inputs=None, speed: HostSpeed | None = None) -> dict:
     """End-to-end latency of the model built entirely on one target, with the kernels it launches.
 
     The cost model's evaluation and the fidelity experiment compare sums of unit costs to this. ``placement``
-    and ``inputs`` (from :func:`model_placement` and ``model.random_inputs()``) time a build made earlier.
+    and ``inputs`` (from :func:`model_placement` and ``model.random_inputs()``) time a build made earlier;
+    ``speed`` keeps the samples timed while the host ran calm (:func:`time_end_to_end`).
     """
     placement = placement or model_placement(model, graph, targets, name)
     inputs = model.random_inputs() if inputs is None else inputs
     return dict(model_fields(model, units, placement, kind), measured_at=_now(),
-                **time_end_to_end(placement.runner, inputs, kind, repeat=repeat))
+                **time_end_to_end(placement.runner, inputs, kind, repeat=repeat, speed=speed))
 
 
-def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7) -> dict:
+def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7, speed: HostSpeed | None = None,
+                    patience_s: float = 3.0) -> dict:
     """``status``, ``median_us``, ``min_us``, ``max_us``, ``samples`` (and ``threads`` on the CPU) of one
-    timing of a built model: ``repeat`` samples, each averaging enough calls to last about 20 ms."""
+    timing of a built model: ``repeat`` samples, each averaging enough calls to last about 20 ms.
+
+    With ``speed`` (the host-speed canary, :class:`~autoplace.profile.host_speed.HostSpeed`), every sample
+    follows a canary and ``median_us`` is over the samples timed while the host ran calm
+    (:meth:`HostSpeed.calm_samples`, waiting up to ``patience_s`` for ``repeat`` calm ones); the record also
+    carries ``host_slowdown``, ``canary_us`` and ``calm_samples``. A model of several ms spans several
+    canary readings, so one canary before a whole burst (as for kernels) would say little.
+    """
     import numpy as np
 
     try:
         samples = runner.time_us(inputs, repeat=3)
         number = max(1, int(20_000 / max(1.0, float(np.median(samples)))))
-        samples = runner.time_us(inputs, number=number, repeat=repeat)
-        timing = dict(status="ok", median_us=float(np.median(samples)), min_us=float(np.min(samples)),
-                      max_us=float(np.max(samples)), samples=len(samples))
+        if speed is None:
+            samples = runner.time_us(inputs, number=number, repeat=repeat)
+            kept, extra = samples, {}
+        else:
+            calm = speed.calm_samples(lambda: float(runner.time_us(inputs, number=number, repeat=1)[0]), repeat,
+                                      patience_s)
+            samples, kept = calm["all_us"], calm["kept_us"]
+            extra = dict(host_slowdown=calm["host_slowdown"], canary_us=calm["canary_us"], calm_samples=len(kept))
+        timing = dict(status="ok", median_us=float(np.median(kept)), min_us=float(np.min(samples)),
+                      max_us=float(np.max(samples)), samples=len(samples), **extra)
         if kind == "llvm":
             timing["threads"] = runtime_threads()
     except Exception as err:
@@ -327,11 +343,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
                 placement, inputs = kept.get(model, graph, targets, tname)
-                speed_now = speed.fields() if speed is not None and kind == "llvm" else {}
-                record = model_record(model, graph, units, targets, tname, kind, placement=placement, inputs=inputs)
-                if record.get("status") == "ok":
-                    record.update(speed_now)
-                _append(store, record)
+                _append(store, model_record(model, graph, units, targets, tname, kind, placement=placement,
+                                            inputs=inputs, speed=speed if kind == "llvm" else None))
             if rounds > 1:
                 _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress, speed)
             if speed is not None and speed.report(always=report_speed):
@@ -503,10 +516,9 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
         for tag, model, graph, name, kind in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
-            now = speed_now(tag)
-            timing = time_end_to_end(placement.runner, inputs, kind)
+            timing = time_end_to_end(placement.runner, inputs, kind, speed=speed if kind == "llvm" else None)
             if timing.get("status") == "ok":
-                newest[tag] = _append(store, merge_rounds(newest[tag], dict(timing, **now)))
+                newest[tag] = _append(store, merge_rounds(newest[tag], {"host_slowdown": None, **timing}))
     timer.forget_kept()
 
 
