@@ -7,9 +7,10 @@ that this machine's profile (the committed one, when this is the machine that me
 is kept for comparison. Then every built plan is timed in ``--rounds`` rounds over all the models (round 1
 times each model once, then round 2, ...: a model's rounds are a minute or more apart, as the profiler's
 ``--rounds`` times kernels), and the measured latency is the median of the rounds' medians, over the
-rounds that ran within 10% of the calmest one (the host-speed canary, :mod:`autoplace.profile.host_speed`,
-is timed before each sample, against the fastest canary of this machine's committed profile, and a round
-keeps the samples timed while the host ran calm, waiting up to 3 s for 5 calm ones). Reported: the
+rounds within 10% of the fastest round, as the profiler merges a kernel's rounds
+(:func:`autoplace.profile.job.fastest_rounds`). Within a round every sample follows the host-speed canary
+(:mod:`autoplace.profile.host_speed`, against the fastest canary of this machine's committed profile) and
+only the samples timed while the host ran calm count (waiting up to 3 s for 5 calm ones). Reported: the
 predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
 priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
@@ -58,8 +59,8 @@ def plan(spec: str) -> tuple[dict, object, list]:
 
 
 def time_rounds(built: dict, rounds: int, speed) -> dict:
-    """``{spec: ([median of each round's calm samples], [each round's min and max sample], [canary slowdown of each round])}``: every
-    plan timed once per round, round after round; within a round each sample follows a canary and only the
+    """``{spec: ([median of each round's calm samples], [each round's min and max sample],
+    [canary slowdown of each round])}``: every plan timed once per round, round after round; within a round each sample follows a canary and only the
     samples timed while the host ran calm count (:func:`autoplace.profile.job.time_end_to_end`)."""
     from autoplace.profile.job import time_end_to_end
 
@@ -93,7 +94,8 @@ def main(argv=None):
         print(f"{spec}: predicted {row['predicted_us']:.1f} us ({row['measured_kernels']} of {row['kernels']} "
               f"kernels measured, {row['measure_and_plan_s']:.0f} s)", flush=True)
     from autoplace.profile import ProfileStore
-    from autoplace.profile.host_speed import HostSpeed, best_canary_us, calm_rounds
+    from autoplace.profile.host_speed import HostSpeed, best_canary_us
+    from autoplace.profile.job import fastest_rounds
 
     profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
                            hardware_metadata()["hardware_id"])
@@ -102,15 +104,15 @@ def main(argv=None):
     timings = time_rounds(built, args.rounds, speed)
     for row in rows:
         medians, samples, slowdowns = timings[row["model"]]
-        calm = calm_rounds(medians, slowdowns)
+        calm = fastest_rounds(medians)
         row.update(measured_median_us=float(np.median(calm)), measured_min_us=min(samples),
                    measured_max_us=max(samples), round_medians_us=medians, round_slowdowns=slowdowns,
-                   calm_rounds=len(calm), all_rounds_median_us=float(np.median(medians)))
+                   fastest_rounds=len(calm), all_rounds_median_us=float(np.median(medians)))
         row["error"] = row["predicted_us"] / row["measured_median_us"] - 1.0
         row["never_error"] = row["never_predicted_us"] / row["measured_median_us"] - 1.0
         print(f"{row['model']}: predicted {row['predicted_us']:.1f} us, measured {row['measured_median_us']:.1f} us "
               f"({row['error']:+.1%}; rounds {', '.join(f'{m:.0f}' for m in medians)}, canary slowdowns "
-              f"{', '.join(f'{v:.2f}' for v in slowdowns)}, {row['calm_rounds']} calm); cost model alone "
+              f"{', '.join(f'{v:.2f}' for v in slowdowns)}, {row['fastest_rounds']} within 10% of the fastest); cost model alone "
               f"{row['never_error']:+.1%}", flush=True)
     table = pd.DataFrame(rows)
     meta = hardware_metadata()

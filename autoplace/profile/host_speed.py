@@ -130,12 +130,3 @@ def best_canary_us(records) -> float | None:
         return None
     canary = records["canary_us"].astype(float)
     return float(canary.min()) if canary.notna().any() else None
-
-
-def calm_rounds(medians: list, slowdowns: list) -> list:
-    """The round medians whose slowdown is within 10% of the calmest round's (all of them when a round
-    has no slowdown recorded)."""
-    if not slowdowns or len(slowdowns) != len(medians) or any(s is None for s in slowdowns):
-        return list(medians)
-    calmest = min(slowdowns)
-    return [m for m, s in zip(medians, slowdowns) if s <= calmest * 1.10]
