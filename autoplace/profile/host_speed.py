@@ -120,7 +120,7 @@ class HostSpeed:
         return (f"host speed: canary slowdown median {np.median(self.timed):.2f}, max {max(self.timed):.2f} "
                 f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
                 f"{self.best_us:.0f} us)"
-                + ("; the rounds timed while it ran slow are left out where calmer ones exist: "
+                + ("; rounds more than 10% slower than a kernel's fastest round are left out: "
                    "add rounds with a higher --rounds" if slow else ""))
 
 
