@@ -69,6 +69,8 @@ def test_every_family_is_present_with_a_spread_of_sizes(models):
         nbytes = [sum(4 * math.prod(s) for _, s, _ in m.input_specs()) + m.weight_nbytes
                   for m in models if FAMILIES[family_of(m.name)] == group]
         assert min(nbytes) < 64 << 10 and max(nbytes) > 1 << 20, (group, min(nbytes), max(nbytes))
+        if group == "elementwise":  # some stream past an L3 of 32 MiB with their output, as CNN activations do
+            assert max(nbytes) > 8 << 20, max(nbytes)
 
 
 def test_the_list_is_the_same_for_a_seed_and_per_family():
