@@ -15,7 +15,7 @@ predicted latency, that measured latency and the min/max of every sample, their 
 priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
 
-    python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 5]
+    python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 5] [--gap-s 20]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def plan(spec: str) -> tuple[dict, object, list]:
     return row, placement, inputs
 
 
-def time_rounds(built: dict, rounds: int, speed) -> dict:
+def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0) -> dict:
     """``{spec: ([median of each round's calm samples], [each round's min and max sample],
     [canary slowdown of each round])}``: every plan timed once per round, round after round; within a round each sample follows a canary and only the
     samples timed while the host ran calm count (:func:`autoplace.profile.job.time_end_to_end`)."""
@@ -67,7 +67,9 @@ def time_rounds(built: dict, rounds: int, speed) -> dict:
     medians = {spec: [] for spec in built}
     samples = {spec: [] for spec in built}
     slowdowns = {spec: [] for spec in built}
-    for _ in range(rounds):
+    for round_ in range(rounds):
+        if round_ and gap_s > 0:
+            time.sleep(gap_s)  # spread the rounds over minutes: the host's slow spells last seconds to minutes
         for spec, (placement, inputs) in built.items():
             timing = time_end_to_end(placement.runner, inputs, "llvm", repeat=5, speed=speed)
             if timing["status"] != "ok":
@@ -82,6 +84,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds over all the built plans")
+    parser.add_argument("--gap-s", type=float, default=0.0, help="seconds to wait between two rounds")
     parser.add_argument("--tag", default="", help="suffix of the result files (measure_auto<tag>.csv)")
     args = parser.parse_args(argv)
     from autoplace.profile.hardware import hardware_metadata
@@ -101,7 +104,7 @@ def main(argv=None):
                            hardware_metadata()["hardware_id"])
     best = best_canary_us(ProfileStore(profile).records()) if os.path.isdir(profile) else None
     speed = HostSpeed(best, interval_s=0.0)
-    timings = time_rounds(built, args.rounds, speed)
+    timings = time_rounds(built, args.rounds, speed, args.gap_s)
     for row in rows:
         medians, samples, slowdowns = timings[row["model"]]
         calm = fastest_rounds(medians)
