@@ -244,17 +244,22 @@ def parse(spec: str) -> Model:
 GRID_SIZES = (64, 192, 256, 768, 1024, 3072, 4096, 128, 512, 2048)
 
 
-def matmul_module(m: int, k: int, n: int):
-    """``main(a, b) = a @ b`` for float32 ``(m, k) @ (k, n)``, both operands inputs: the host-speed canary's
-    kernel (:mod:`autoplace.profile.host_speed`) and ``experiments/vs_pytorch.py``'s ``matmul:MxKxN``."""
+def matmul_module(m: int, k: int, n: int, bias_relu: bool = False):
+    """``main(x, w) = x @ w`` for float32 ``(m, k) @ (k, n)``, both operands inputs (``bias_relu``: then
+    ``+ 1`` and ReLU): the stride grid's matmuls (:func:`regime_grid`), the host-speed canary's kernel
+    (:mod:`autoplace.profile.host_speed`) and ``experiments/vs_pytorch.py``'s ``matmul:MxKxN``."""
+    import numpy as np
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    a = relax.Var("a", relax.TensorType((m, k), "float32"))
-    b = relax.Var("b", relax.TensorType((k, n), "float32"))
-    with bb.function("main", [a, b]):
+    x = relax.Var("x", relax.TensorType((m, k), "float32"))
+    w = relax.Var("w", relax.TensorType((k, n), "float32"))
+    with bb.function("main", [x, w]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.matmul(a, b))
+            y = bb.emit(relax.op.matmul(x, w))
+            if bias_relu:
+                y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(np.ones((n,), "float32")))))
+            out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
 
@@ -285,7 +290,6 @@ def regime_grid(max_fmas: float = 6.8e7, max_fmas_large_m: float = 3e8) -> list[
     transposes as well made seed003-base and bert-base worse, so transposes are not in it (README,
     experiments/results/cost_model_summary.md).
     """
-    import numpy as np
     from tvm import relax
 
     shapes, long_rows = [], []  # (M, K, N, with bias + ReLU)
@@ -296,17 +300,7 @@ def regime_grid(max_fmas: float = 6.8e7, max_fmas_large_m: float = 3e8) -> list[
     shapes += long_rows
     models = []
     for m, k, n, bias_relu in shapes:
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType((m, k), "float32"))
-        w = relax.Var("w", relax.TensorType((k, n), "float32"))
-        with bb.function("main", [x, w]):
-            with bb.dataflow():
-                y = bb.emit(relax.op.matmul(x, w))
-                if bias_relu:
-                    y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(np.ones((n,), "float32")))))
-                out = bb.emit_output(y)
-            bb.emit_func_output(out)
-        models.append(load_model(bb.get(), name=f"grid-matmul-{m}x{k}-{n}"))
+        models.append(load_model(matmul_module(m, k, n, bias_relu), name=f"grid-matmul-{m}x{k}-{n}"))
     for c_in in (16, 64, 256):
         for size in (7, 14, 28, 56):
             for kernel in (1, 3):
