@@ -44,6 +44,10 @@ FAMILIES = {
     "gelu_tanh": "elementwise",
     "silu": "elementwise",
     "softplus": "elementwise",
+    "sin": "elementwise",
+    "cos": "elementwise",
+    "log": "elementwise",
+    "power": "elementwise",
     "add": "elementwise",
     # reductions and norms
     "mean": "reduction",
@@ -149,9 +153,19 @@ def _elementwise(rng, family: str, n: int) -> list[Model]:
         # the op itself (ONNX, Relax), and the form torch.export decomposes it into
         "silu": [op.nn.silu, lambda x: op.multiply(x, op.sigmoid(x))],
         "softplus": [op.nn.softplus, lambda x: op.log(op.add(op.exp(x), relax.const(1.0, "float32")))],
+        # rotary position embeddings: sin / cos of the angles, times the rotated half
+        "sin": [op.sin, lambda x: op.multiply(op.sin(x), x)],
+        "cos": [op.cos, lambda x: op.multiply(op.cos(x), x)],
+        "log": [lambda x: op.log(op.abs(x))],
+        # x ** 2 of RMS / T5 norms and variances, x ** 3 of tanh-GELU: LLVM makes them multiplies
+        "power": [lambda x: op.power(x, relax.const(2.0, "float32")),
+                  lambda x: op.power(x, relax.const(3.0, "float32"))],
     }[family]
+    # A scalar C-library call per element (sin, cos, log: features.LIBM_CALLS) costs ~2.5 ns: from RoPE's
+    # few hundred angles of a small model up to 1M elements (a few ms).
+    lo, hi = (256, MAX_ELEMS) if family in ("sin", "cos", "log") else (2048, MAX_ELEMENTWISE_ELEMS)
     models = []
-    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMENTWISE_ELEMS, n)):
+    for i, elems in enumerate(_spread(rng, lo, hi, n)):
         shape = _rows_cols(rng, elems)
         form = forms[i % len(forms)]
         if i % 3 == 2:  # with the bias add of the layer before (FFN: linear + bias -> activation)

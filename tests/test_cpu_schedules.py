@@ -294,6 +294,32 @@ def test_exp_edges():
         np.testing.assert_allclose(got, want.astype("float32"), rtol=3e-7)
 
 
+# ------------------------------------------------------------------------------------------ two threads
+
+def _parallel(make, shapes):
+    """Whether each kernel of ``make`` runs a parallel loop once scheduled, by rule."""
+    out = []
+    for _, func in _prim_funcs(make, shapes):
+        scheduled, rule = schedule_prim_func(func, TARGET)
+        out.append((rule, "T.parallel" in scheduled.script()))
+    return out
+
+
+@pytest.mark.parametrize("make,small,large,rule", [
+    (R.matmul, [(16, 32), (32, 64)], [(64, 64), (64, 64)], "Contraction"),  # 2^15 vs 2^18 multiply-adds
+    (R.sigmoid, [(8, 512)], [(64, 512)], "Injective"),  # 2^12 vs 2^15 elements
+    (lambda x: R.nn.softmax(x, axis=-1), [(8, 256)], [(64, 256)], "RowReduction"),  # 2^11 vs 2^14 iterations
+])
+def test_only_kernels_with_enough_work_for_two_threads_run_in_parallel(make, small, large, rule):
+    # A parallel region costs more than a small kernel's work (experiments/parallel_threshold.py).
+    assert _parallel(make, small) == [(rule, False)]
+    assert _parallel(make, large) == [(rule, True)]
+    # A matmul's work counts its reduction: 64 outputs of a 4096-long dot product are worth two threads.
+    if rule == "Contraction":
+        assert _parallel(R.matmul, [(1, 4096), (4096, 64)]) == [(rule, True)]
+    check(make, large, rules={rule})
+
+
 # ---------------------------------------------------------------------------------------------- the pass
 
 def test_cpu_target():

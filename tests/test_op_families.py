@@ -9,7 +9,7 @@ import pytest
 
 import autoplace
 from autoplace.cost_model import feature_names, features_from_unit, record_features
-from autoplace.cost_model.features import SCHEDULE_FEATURES, TRANSFER_FEATURES
+from autoplace.cost_model.features import SCHEDULE_FEATURES, TRANSFER_FEATURES, work
 from autoplace.graph import op_graph
 from autoplace.op_families import FAMILIES, MAX_ELEMENTWISE_ELEMS, MAX_MACS, family_of, op_family_models
 from autoplace.profile import extract_units
@@ -128,13 +128,26 @@ def test_one_model_of_every_family_runs_on_the_cpu(models):
 def test_transcendental_counts(units):
     gelu = record_features(_record(units, r"ops-gelu-\d+x\d+$"))
     assert gelu["op_trans_per_elem"] == 1.0 and gelu["geo_red_per_out"] == _log2(1)
-    assert record_features(_record(units, r"ops-gelu_tanh-"))["op_trans_per_elem"] == 2.0
-    # softplus as one op (relax.nn.softplus) and as torch decomposes it (exp, add, log): the same count
-    softplus = [record_features(r)["op_trans_per_elem"]
+    assert gelu["op_libm_per_elem"] == 0.0
+    assert record_features(_record(units, r"ops-gelu_tanh-"))["op_trans_per_elem"] == 1.0  # x ** 3: multiplies
+    # softplus as one op (relax.nn.softplus) and as torch decomposes it (exp, add, log): the same counts,
+    # an inline exp and a libm log per element
+    softplus = [(record_features(r)["op_trans_per_elem"], record_features(r)["op_libm_per_elem"])
                 for n, us in units.items() if family_of(n) == "softplus" for _, r in us]
-    assert softplus and set(softplus) == {2.0}
+    assert softplus and set(softplus) == {(1.0, 1.0)}
     assert record_features(_record(units, r"ops-add-"))["op_trans_per_elem"] == 0.0
     assert record_features(_record(units, r"ops-softmax-"))["op_trans_per_elem"] == 1.0
+    # RoPE's sin and cos are libm calls; x ** 2 and x ** 3 are multiplies, and the work term says so
+    for family in ("sin", "cos"):
+        rec = _record(units, rf"ops-{family}-")
+        assert (record_features(rec)["op_trans_per_elem"], record_features(rec)["op_libm_per_elem"]) == (0.0, 1.0)
+    power = [r for n, us in units.items() if family_of(n) == "power" for _, r in us]
+    assert power and all(record_features(r)["op_trans_per_elem"] == record_features(r)["op_libm_per_elem"] == 0.0
+                         for r in power)
+    sin = _record(units, r"ops-sin-\d+x\d+$")
+    elems = math.prod(sin["arg_shapes"][-1])
+    assert work(sin) == pytest.approx(sin["flops"] + 80.0 * elems)
+    assert work(power[0]) == pytest.approx(power[0]["flops"])
 
 
 def test_conv_and_pool_geometry(units):

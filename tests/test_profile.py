@@ -282,6 +282,33 @@ def test_rounds_more_than_10_percent_slower_than_the_fastest_are_left_out(tmp_pa
     assert len(store.records()) == 4
 
 
+def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
+    """Records carry the CPU schedules' version; a job marks the kernels the current rules still make (same
+    TIR, so the timing holds) without timing them, and the cost model trains on current-version CPU kernels
+    only: a kernel the rules no longer make (one that ran in parallel, say) is left out."""
+    from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
+    from autoplace.cost_model import training_units
+    from autoplace.profile import extract_units, profile_models
+
+    keys = sorted({u.key for u in extract_units(zoo.get("mlp"), "llvm")})
+    store = ProfileStore(str(tmp_path / "p"))
+    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=SCHEDULE_VERSION - 1)
+    for key in keys + ["llvm-no-longer-made"]:
+        store.append(dict(old, key=key))
+    assert len(training_units(store.records())) == len(keys) + 1  # no current-version kernel yet: all kept
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             progress=False)
+    assert summary["measured"] == 0
+    newest = store.newest_good()
+    assert all(newest[("unit", k, "llvm")]["cpu_schedule"] == SCHEDULE_VERSION for k in keys)
+    assert all(newest[("unit", k, "llvm")]["median_us"] == 2.0 for k in keys)
+    assert sorted(training_units(store.records())["key"]) == keys
+    # A kernel measured now carries the version.
+    fresh = ProfileStore(str(tmp_path / "q"))
+    profile_models([zoo.get("mlp")], {"cpu": "llvm"}, fresh, copies=False, end_to_end=False, progress=False)
+    assert {r["cpu_schedule"] for r in fresh.newest_good().values()} == {SCHEDULE_VERSION}
+
+
 def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():
     """With the canary, each end-to-end sample follows a canary reading; samples after a slow reading (a
     scripted host: every other second sample runs 2x slow, as the canary says) do not count, and a host

@@ -49,8 +49,18 @@ RULE_ATTR = "autoplace.cpu_schedule"
 #: of them a register tile may use as accumulators (the rest hold the vector operand and a broadcast).
 _REGISTERS = {512: 32, 256: 16, 128: 16}
 _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
-#: Elements below which a block runs on one thread (a parallel region costs a few microseconds).
-_PARALLEL_MIN = 4096
+#: Work below which a block runs on one thread, by rule: multiply-adds of a contraction, elements of an
+#: elementwise or layout block, loop iterations of a row reduction. Waking TVM's second worker and joining it
+#: costs ~4 us: a kernel of under a microsecond took 5x longer in parallel, and two threads paid off only from
+#: about 6 us of single-thread work (``experiments/parallel_threshold.py``, 874 builds of 16 zoo models on the
+#: Zen 3: matmuls and convolutions from 2^18 multiply-adds, elementwise blocks from 2^15 elements, row
+#: reductions from 2^14 iterations).
+PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 1 << 14}
+#: Version of the kernels these rules make; bump it when a change makes some kernel run differently. Profile
+#: records carry it (``cpu_schedule``), and the cost model trains on the CPU kernels of the current version only
+#: (:func:`autoplace.cost_model.training_units`): a kernel the rules no longer make is not what a build runs.
+#: 2: parallel loops only from :data:`PARALLEL_MIN_WORK` (was 4096 output elements for every rule).
+SCHEDULE_VERSION = 2
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -363,12 +373,13 @@ def _vectorize_inner(sch: s_tir.Schedule, loop, lanes: int) -> None:
     sch.vectorize(loop)
 
 
-def _parallel_outer(sch: s_tir.Schedule, loops: list, work: int) -> None:
-    """Fuse ``loops`` and make the fused loop parallel when the block has enough work for two threads."""
+def _parallel_outer(sch: s_tir.Schedule, loops: list, work: int, rule: str) -> None:
+    """Fuse ``loops`` and make the fused loop parallel when the block has enough work for two threads
+    (:data:`PARALLEL_MIN_WORK` of ``rule``)."""
     if not loops:
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+    if work >= PARALLEL_MIN_WORK[rule] and (_extent(sch, fused) or 0) > 1:
         sch.parallel(fused)
 
 
@@ -423,7 +434,7 @@ def _schedule_transpose_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
     sch.reorder(*others, w_o, o_o, o_i, w_i)
     outer = others + [w_o, o_o]
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+    if work >= PARALLEL_MIN_WORK["injective"] and (_extent(sch, fused) or 0) > 1:
         sch.parallel(fused)
     staged = sch.cache_read(block, read_index, "local")
     sch.compute_at(staged, fused, preserve_unit_loops=True)
@@ -466,7 +477,7 @@ def _schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
         sch.vectorize(inner)
     else:
         outer.append(inner)
-    _parallel_outer(sch, outer, work)
+    _parallel_outer(sch, outer, work, "injective")
 
 
 def _attempt(primitive, *args, **kwargs) -> bool:
@@ -693,11 +704,11 @@ class Contraction(CPUScheduleRule):
         if len(epilogue) == 1 and not padded and _attempt(sch.reverse_compute_inline, epilogue[0]):
             epilogue = []
         leftover = epilogue  # computed per tile below instead
-        work = 1
-        for v in spatial:
-            work *= extent[v]
+        work = 1  # multiply-adds: a long reduction over few outputs is still worth two threads
+        for v in extent.values():
+            work *= v
         fused = sch.fuse(*tile_outer) if len(tile_outer) > 1 else tile_outer[0]
-        if work >= _PARALLEL_MIN and (_extent(sch, fused) or 0) > 1:
+        if work >= PARALLEL_MIN_WORK["contraction"] and (_extent(sch, fused) or 0) > 1:
             sch.parallel(fused)
         tile_loop = serial[-1] if serial else fused
         depth = 2 if serial else 1  # loops above a block computed at the tile loop
@@ -772,7 +783,7 @@ class RowReduction(CPUScheduleRule):
             for loop in loops:
                 work *= _extent(sch, loop) or 1
             if lead:
-                _parallel_outer(sch, lead, work)
+                _parallel_outer(sch, lead, work, "reduction")
         return sch
 
 

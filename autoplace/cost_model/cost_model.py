@@ -386,7 +386,8 @@ def _target_of(record, kinds) -> str:
 
 def training_units(records) -> pd.DataFrame:
     """The usable unit records: ``kind="unit"``, ``status="ok"``, positive finite ``median_us``; the
-    last record of each ``(key, target)`` wins. Adds ``ops_all`` (ops incl. those the kernel name shows).
+    last record of each ``(key, target)`` wins; CPU kernels of the current CPU schedules only, where the
+    profile has them (:func:`_current_cpu_schedule`). Adds ``ops_all`` (ops incl. those the kernel name shows).
     """
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if df.empty or "kind" not in df:
@@ -399,8 +400,25 @@ def training_units(records) -> pd.DataFrame:
     us = pd.to_numeric(df["median_us"], errors="coerce")
     df = df[np.isfinite(us) & (us > 0)]
     df = df.drop_duplicates(subset=["key", "target"], keep="last").reset_index(drop=True)
+    df = _current_cpu_schedule(df)
     df["ops_all"] = [unit_ops(r) for _, r in df.iterrows()]
     return df
+
+
+def _current_cpu_schedule(units: pd.DataFrame) -> pd.DataFrame:
+    """Without the CPU kernels of older CPU schedules (``cpu_schedule`` below
+    :data:`autoplace.backend.cpu_schedules.SCHEDULE_VERSION`) when the profile has kernels of the current
+    one: the same shapes, run as the rules now make them, cost differently (a small kernel no longer pays
+    for a second thread). A profile with none of the current version (made before it) is kept whole."""
+    from ..backend.cpu_schedules import SCHEDULE_VERSION
+
+    if "cpu_schedule" not in units:
+        return units
+    cpu = units["target"] == "llvm"
+    current = pd.to_numeric(units["cpu_schedule"], errors="coerce") == SCHEDULE_VERSION
+    if not (cpu & current).any():
+        return units
+    return units[~cpu | current].reset_index(drop=True)
 
 
 def record_op_class(record) -> str:

@@ -33,8 +33,9 @@ Feature groups
 
 ``op_*``, ``geo_*`` (and ``size_bytes_per_out``, ``size_work``)
     what carries an op family's cost to shapes and kernels it was never measured at, with the same
-    meaning across op classes: transcendental evaluations per output element of the fused kernel
-    (:data:`TRANSCENDENTALS`: gelu 1, softplus 2, ...), fused transpositions, scans; the anchor's
+    meaning across op classes: inline transcendental evaluations and scalar C-library calls per output
+    element of the fused kernel (:data:`TRANSCENDENTALS`: gelu 1, power 0; :data:`LIBM_CALLS`: sin 1,
+    softplus's log 1), fused transpositions, scans; the anchor's
     window (conv ``kh*kw`` or ``k``, pool window, adaptive pools included), stride, spatial rank, groups
     and channels per group (convolutions and group norms), elements reduced per output element
     (matmul ``K``, conv ``Cin/groups * window``, pool window, reduced length, norm/softmax row),
@@ -58,7 +59,7 @@ from collections.abc import Mapping
 import numpy as np
 
 #: Bump when a feature changes meaning: saved models record it and refuse to load across versions.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 #: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
 #: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines; the AMD EPYC (Zen 3)
@@ -95,21 +96,36 @@ for _cls, _names in {
 #: the work term of a model adds for them (:func:`work`), so an op class no training record had is not
 #: priced like a copy. Rough instruction counts of exp/erf/tanh (and softmax's exp, max, sum, divide).
 EXTRA_WORK_PER_ELEMENT = {"transcendental": 20.0, "softmax": 12.0}
+#: Work of one scalar C-library call per element (:data:`LIBM_CALLS`), in the same simple operations.
+LIBM_WORK_PER_CALL = 80.0
 
-#: Transcendental function evaluations (exp, log, erf, tanh, pow, sqrt, ...) per output element of an op,
-#: as TVM's legalization computes it: ``gelu`` is ``x * (0.5 + 0.5 * erf(x / sqrt 2))`` (1), ``gelu_tanh``
-#: calls ``pow(x, 3)`` and ``tanh`` (2), ``softplus`` ``log(1 + exp(x))`` (2), ``softmax`` one ``exp``.
-#: Norms take one ``rsqrt`` per row, not per element (0).
+#: Transcendental functions TVM 0.27's LLVM code generator evaluates inline, vectorised (exp as a polynomial,
+#: and erf, tanh, sigmoid from it; sqrt and rsqrt as instructions), per output element of an op, as TVM's
+#: legalization computes it: ``gelu`` is ``x * (0.5 + 0.5 * erf(x / sqrt 2))`` (1), ``gelu_tanh`` ``tanh`` of
+#: a cubic (1: ``pow(x, 3)`` becomes multiplies), ``softplus`` ``log(1 + exp(x))`` (1, plus a libm ``log``),
+#: ``softmax`` one ``exp``. Norms take one ``rsqrt`` per row, not per element (0). ``power`` counts 0: the
+#: exponents models use are small integer constants (``x ** 2`` of RMS and T5 norms, ``x ** 3`` of tanh-GELU),
+#: which LLVM turns into multiplies (``x ** 0.5`` into a square root); a fractional exponent is a ``powf``
+#: call per element the record does not show (a Relax constant argument).
 TRANSCENDENTALS = {
     **dict.fromkeys(
-        ("exp", "exp2", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt",
-         "rsqrt", "power", "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "elu", "selu",
-         "softmax", "log_softmax"),
+        ("exp", "exp2", "tanh", "sigmoid", "erf", "gelu", "gelu_tanh", "silu", "sqrt", "rsqrt", "sinh", "cosh",
+         "elu", "selu", "softmax", "log_softmax", "softplus"),
         1.0,
     ),
-    "gelu_tanh": 2.0,
-    "softplus": 2.0,
-    "mish": 3.0,
+    "mish": 2.0,
+    "power": 0.0,
+}
+#: Scalar C-library calls per output element: TVM 0.27 lowers these to ``llvm.sin.v8f32``-style intrinsics
+#: that x86 LLVM splits into one ``sinf`` / ``logf`` / ``atanf``... call per lane (read off the kernels'
+#: assembly). On the Zen 3 one costs about four inline evaluations (RoPE's ``sin``: 2.5 ns per element on one
+#: thread; ``exp``: 0.66 ns).
+LIBM_CALLS = {
+    **dict.fromkeys(
+        ("log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "asinh", "acosh",
+         "atanh", "softplus", "mish"),
+        1.0,
+    ),
 }
 _SCANS = {"cumsum", "cumprod"}
 
@@ -481,6 +497,7 @@ def _geometry(record: Mapping, eb: int) -> tuple[dict, list]:
 #: Added after feature version 1 (at the end of :func:`feature_names`; no earlier feature changed).
 TRANSFER_FEATURES = (
     "op_trans_per_elem",
+    "op_libm_per_elem",
     "op_permutes",
     "op_scan",
     "geo_window",
@@ -524,6 +541,11 @@ def transcendentals_per_element(ops) -> float:
     return float(sum(TRANSCENDENTALS.get(short_name(op), 0.0) for op in ops))
 
 
+def libm_calls_per_element(ops) -> float:
+    """Scalar C-library calls per output element of a kernel fusing ``ops`` (:data:`LIBM_CALLS`)."""
+    return float(sum(LIBM_CALLS.get(short_name(op), 0.0) for op in ops))
+
+
 def _window_geometry(name: str, cls: str, attrs: Mapping, shapes: list, out_shape: list) -> dict:
     """``geo_*`` of a convolution or pooling anchor: window, stride, rank, groups, reduced elements."""
     data = shapes[0]
@@ -563,6 +585,7 @@ def _transfer_features(record: Mapping, ops: list, out_shape: list, out_elems: i
     """The :data:`TRANSFER_FEATURES` of a record (NaN where they do not apply)."""
     feats = dict(
         op_trans_per_elem=transcendentals_per_element(ops),
+        op_libm_per_elem=libm_calls_per_element(ops),
         op_permutes=float(sum(short_name(op) in ("permute_dims", "transpose") for op in ops)),
         op_scan=float(any(short_name(op) in _SCANS for op in ops)),
         size_bytes_per_out=_log2(moved / max(1, out_elems)),
@@ -786,9 +809,20 @@ def record_features(record: Mapping) -> dict:
     return feats
 
 
+def _extra_work_per_element(op: str) -> float:
+    """:data:`EXTRA_WORK_PER_ELEMENT` of ``op``'s class; a transcendental op listed in :data:`TRANSCENDENTALS`
+    or :data:`LIBM_CALLS` counts what those say it evaluates (``power``: nothing, ``sin``: one libm call)."""
+    name, cls = short_name(op), op_class(op)
+    if cls == "transcendental" and (name in TRANSCENDENTALS or name in LIBM_CALLS):
+        return (EXTRA_WORK_PER_ELEMENT["transcendental"] * TRANSCENDENTALS.get(name, 0.0)
+                + LIBM_WORK_PER_CALL * LIBM_CALLS.get(name, 0.0))
+    return EXTRA_WORK_PER_ELEMENT.get(cls, 0.0)
+
+
 def work(record: Mapping) -> float:
     """Work of a unit, in simple operations (>= 1): its FLOP estimate (bytes / 4 where it has none) plus
-    :data:`EXTRA_WORK_PER_ELEMENT` per output element for each transcendental or softmax op it fuses.
+    :data:`EXTRA_WORK_PER_ELEMENT` per output element for each transcendental or softmax op it fuses
+    (:func:`_extra_work_per_element`: a libm call counts :data:`LIBM_WORK_PER_CALL`, ``power`` nothing).
 
     The models predict time per unit of work on top of this term (see
     :mod:`autoplace.cost_model.xgb_model`). An adaptive pooling kernel counts at least one operation per
@@ -811,7 +845,7 @@ def work(record: Mapping) -> float:
             flops = 1.0
     n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
     out_elems = sum(_prod(s) for s in shapes[len(shapes) - n_out :])
-    extra = sum(EXTRA_WORK_PER_ELEMENT.get(op_class(op), 0.0) for op in unit_ops(record))
+    extra = sum(_extra_work_per_element(op) for op in unit_ops(record))
     total = flops + extra * out_elems
     return max(1.0, total if math.isfinite(total) else 1.0)
 

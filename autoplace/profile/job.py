@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
+from ..backend.cpu_schedules import SCHEDULE_VERSION
 from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model
@@ -72,6 +73,7 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,
         measured_at=_now(),
+        **({"cpu_schedule": SCHEDULE_VERSION} if target_kind == "llvm" else {}),
         **result,
     )
 
@@ -189,6 +191,21 @@ def remerge_rounds(store: ProfileStore) -> int:
             if not np.isclose(median, float(record["median_us"]), rtol=1e-9):
                 store.append({**record, "median_us": median})
                 changed += 1
+    return changed
+
+
+def _retag_cpu_schedule(store: ProfileStore, tags: set) -> int:
+    """Append, for each CPU kernel of ``tags`` whose newest record was made under an older
+    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION`, that record marked with the current one;
+    returns how many. The key is the kernel's TIR: a kernel the current rules still make is the kernel
+    that was timed, so its timing holds (the cost model trains on current-version CPU kernels only)."""
+    newest = store.newest_good()
+    changed = 0
+    for tag in sorted(t for t in tags if t[2] == "llvm"):
+        record = newest.get(tag)
+        if record is not None and record.get("cpu_schedule") != SCHEDULE_VERSION:
+            store.append({**record, "cpu_schedule": SCHEDULE_VERSION})
+            changed += 1
     return changed
 
 
@@ -369,10 +386,12 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                         seen.add(tag)
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
+            retagged = _retag_cpu_schedule(store, seen & done)
             skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
-                + (f"; not on this machine: {skipped}" if skipped else ""))
+                + (f"; not on this machine: {skipped}" if skipped else "")
+                + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
