@@ -302,11 +302,14 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     newest = store.newest_good()
     assert all(newest[("unit", k, "llvm")]["cpu_schedule"] == SCHEDULE_VERSION for k in keys)
     assert all(newest[("unit", k, "llvm")]["median_us"] == 2.0 for k in keys)
+    # ... with whether each runs in parallel (mlp's largest, 8x128x128, is 131K multiply-adds: one thread)
+    assert {newest[("unit", k, "llvm")]["parallel"] for k in keys} == {False}
     assert sorted(training_units(store.records())["key"]) == keys
     # A kernel measured now carries the version.
     fresh = ProfileStore(str(tmp_path / "q"))
     profile_models([zoo.get("mlp")], {"cpu": "llvm"}, fresh, copies=False, end_to_end=False, progress=False)
     assert {r["cpu_schedule"] for r in fresh.newest_good().values()} == {SCHEDULE_VERSION}
+    assert all(isinstance(r["parallel"], bool) for r in fresh.newest_good().values())
 
 
 def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():

@@ -837,6 +837,14 @@ def lowers(func: tirx.PrimFunc, target: Target) -> bool:
     return True
 
 
+def runs_in_parallel(func: tirx.PrimFunc) -> bool:
+    """Whether ``func`` has a parallel loop (runs on TVM's thread pool): what :data:`PARALLEL_MIN_WORK`
+    decided for a scheduled kernel. Profile records carry it (``parallel``) for the cost model."""
+    kinds = []
+    tvm_ffi.structural_walk(func.body, (tirx.For, lambda loop: kinds.append(loop.kind)), order="post")
+    return any(kind == tirx.ForKind.PARALLEL for kind in kinds)
+
+
 def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple[tirx.PrimFunc, str]:
     """``(scheduled func, rule name)``; ``(func, "none")`` when no rule applies or every rule failed.
 

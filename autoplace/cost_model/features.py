@@ -533,6 +533,7 @@ SCHEDULE_FEATURES = (
     "sched_row_pad",
     "sched_col_pad",
     "sched_v_stride",
+    "sched_parallel",
 )
 
 
@@ -806,6 +807,9 @@ def record_features(record: Mapping) -> dict:
     feats.update(_stream_features(stream, eb))
     feats.update(_transfer_features(record, ops, out0, out_elems, bytes_in + bytes_out))
     feats.update(_schedule_features(record, _bits(anchor_dtypes[0])))
+    parallel = _get(record, "parallel", None)
+    if isinstance(parallel, (bool, np.bool_)):  # CPU records since schedule version 2 (NaN before)
+        feats["sched_parallel"] = float(parallel)
     return feats
 
 

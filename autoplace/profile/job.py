@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
-from ..backend.cpu_schedules import SCHEDULE_VERSION
+from ..backend.cpu_schedules import SCHEDULE_VERSION, runs_in_parallel
 from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model
@@ -73,7 +73,7 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,
         measured_at=_now(),
-        **({"cpu_schedule": SCHEDULE_VERSION} if target_kind == "llvm" else {}),
+        **(_cpu_schedule_fields(unit) if target_kind == "llvm" else {}),
         **result,
     )
 
@@ -194,17 +194,23 @@ def remerge_rounds(store: ProfileStore) -> int:
     return changed
 
 
-def _retag_cpu_schedule(store: ProfileStore, tags: set) -> int:
-    """Append, for each CPU kernel of ``tags`` whose newest record was made under an older
-    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION`, that record marked with the current one;
-    returns how many. The key is the kernel's TIR: a kernel the current rules still make is the kernel
-    that was timed, so its timing holds (the cost model trains on current-version CPU kernels only)."""
+def _cpu_schedule_fields(unit) -> dict:
+    """What a CPU kernel's record says of its schedule: the rules' version and whether it runs in parallel."""
+    return dict(cpu_schedule=SCHEDULE_VERSION, parallel=runs_in_parallel(unit.prim_func))
+
+
+def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
+    """Append, for each CPU kernel of ``units`` (``{tag: Unit}``) whose newest record was made under an older
+    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``parallel``), that record with the
+    current :func:`_cpu_schedule_fields`; returns how many. The key is the kernel's TIR: a kernel the current
+    rules still make is the kernel that was timed, so its timing holds (the cost model trains on
+    current-version CPU kernels only)."""
     newest = store.newest_good()
     changed = 0
-    for tag in sorted(t for t in tags if t[2] == "llvm"):
+    for tag in sorted(t for t in units if t[2] == "llvm"):
         record = newest.get(tag)
-        if record is not None and record.get("cpu_schedule") != SCHEDULE_VERSION:
-            store.append({**record, "cpu_schedule": SCHEDULE_VERSION})
+        if record is not None and (record.get("cpu_schedule") != SCHEDULE_VERSION or "parallel" not in record):
+            store.append({**record, **_cpu_schedule_fields(units[tag])})
             changed += 1
     return changed
 
@@ -373,7 +379,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
-            todo, seen, total_units, model_runs = [], set(), 0, []
+            todo, seen, seen_units, total_units, model_runs = [], set(), {}, 0, []
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
                     total_units += len(units)
@@ -384,9 +390,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                         if tag in seen:
                             continue
                         seen.add(tag)
+                        seen_units[tag] = unit
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
-            retagged = _retag_cpu_schedule(store, seen & done)
+            retagged = _retag_cpu_schedule(store, {tag: unit for tag, unit in seen_units.items() if tag in done})
             skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
