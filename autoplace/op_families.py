@@ -446,9 +446,12 @@ def _pool(rng, family: str, n: int) -> list[Model]:
         "adaptive_avg_pool2d": [1, 7, 1],
     }[family]
     models = []
-    for i, elems in enumerate(_spread(rng, 8192, MAX_ELEMS, n)):
+    # from the few thousand elements of a small CNN's pools (inception's 8x16x16 branch) up
+    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMS, n)):
         c = int(rng.choice(_CHANNELS + (512,)))
         h = max(8, round(math.sqrt(elems / c)))
+        if i % 2 == 0:  # CNN feature maps (224 -> 112, 56, 28...): rows the vector width divides
+            h = max(16, round(h / 16) * 16)
         cfg = configs[i % len(configs)]
         if family == "adaptive_avg_pool2d":
             h = max(cfg, h // cfg * cfg)
@@ -485,7 +488,8 @@ def _attention(rng, family: str, n: int) -> list[Model]:
 
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
-COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4}
+COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
+          "avg_pool2d": 6}
 DEFAULT_COUNT = 4
 
 

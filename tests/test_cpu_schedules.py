@@ -204,9 +204,16 @@ def test_conv2d_bias_relu():
 
 
 def test_pooling():
-    check(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 6, 11, 11)])
-    check(lambda x: R.nn.avg_pool2d(x, (2, 2), (2, 2)), [(1, 6, 12, 12)])
+    check(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 6, 11, 11)], rules={"Pool"})
+    check(lambda x: R.nn.avg_pool2d(x, (2, 2), (2, 2)), [(1, 6, 12, 12)], rules={"Pool"})
+    # stride 2 with padding (ResNet's stem), an average that counts the padding out, an odd row, a ceil-mode edge
+    check(lambda x: R.nn.max_pool2d(x, (3, 3), (2, 2), (1, 1)), [(1, 4, 15, 15)], rules={"Pool"})
+    check(lambda x: R.nn.avg_pool2d(x, (3, 3), (2, 2), (1, 1)), [(1, 4, 16, 16)], rules={"Pool"})
+    check(lambda x: R.nn.max_pool2d(x, (2, 2), (2, 2), ceil_mode=True), [(1, 3, 9, 9)])
     check(lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 9, 9)])
+    # rows in parallel only with enough window work (PARALLEL_MIN_WORK["pool"])
+    assert _parallel(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 32, 16, 16)]) == [("Pool", False)]
+    assert _parallel(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 64, 32, 32)]) == [("Pool", True)]
 
 
 # ---------------------------------------------------------------------------------------------- reductions

@@ -9,9 +9,12 @@ kernel). A rule that raises, or whose schedule does not go through TVM's block l
 (:func:`lowers`), is skipped for the next one, finally for the unscheduled kernel (rule ``"none"``): a
 schedule never makes a build fail.
 
+``Pool``
+    max and average pooling windows: the window taps outside a vector of the output row, the padding
+    and the average's divide as elementwise blocks (adaptive pools go to ``Contraction``).
 ``Contraction``
     one reduction block that accumulates along the output's innermost axis: matmul, batched matmul,
-    conv1d/conv2d (1x1, strided, grouped, depthwise), pooling, column reductions. Register tile of
+    conv1d/conv2d (1x1, strided, grouped, depthwise), adaptive pooling, column reductions. Register tile of
     ``ut`` rows (an output axis the vector operand does not depend on: matmul rows, conv output
     channels) by ``nv`` vectors of the output's innermost axis, accumulated in a local buffer
     (registers once unrolled) over the whole reduction, tiles in one parallel loop, the elementwise
@@ -26,6 +29,9 @@ schedule never makes a build fail.
     elementwise, broadcast, reshape, concatenate...: producers inlined, each remaining block's outer
     loops fused and run in parallel, its innermost loop vectorised; transposes in tiles staged
     through a local buffer.
+
+Loops run in parallel only where a block has the work to pay for waking a second thread
+(:data:`PARALLEL_MIN_WORK`, per rule); smaller kernels run on one.
 
 Tile sizes come from the target's vector width and the loop extents (factors that divide them, so
 few tiles need a predicate). :func:`cpu_target` gives an ``llvm`` target without ``mcpu`` this
@@ -54,13 +60,14 @@ _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
 #: costs ~4 us: a kernel of under a microsecond took 5x longer in parallel, and two threads paid off only from
 #: about 6 us of single-thread work (``experiments/parallel_threshold.py``, 874 builds of 16 zoo models on the
 #: Zen 3: matmuls and convolutions from 2^18 multiply-adds, elementwise blocks from 2^15 elements, row
-#: reductions from 2^14 iterations).
-PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 1 << 14}
+#: reductions from 2^14 iterations; pooling windows from 2^17 output elements x taps).
+PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 1 << 14, "pool": 1 << 17}
 #: Version of the kernels these rules make; bump it when a change makes some kernel run differently. Profile
 #: records carry it (``cpu_schedule``), and the cost model trains on the CPU kernels of the current version only
 #: (:func:`autoplace.cost_model.training_units`): a kernel the rules no longer make is not what a build runs.
 #: 2: parallel loops only from :data:`PARALLEL_MIN_WORK` (was 4096 output elements for every rule).
-SCHEDULE_VERSION = 2
+#: 3: max / average pools by :class:`Pool` (were register-tiled by :class:`Contraction`).
+SCHEDULE_VERSION = 3
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -751,6 +758,59 @@ class Contraction(CPUScheduleRule):
         return sch
 
 
+class Pool(CPUScheduleRule):
+    """Pooling windows (``max_pool2d``'s ``pool_max``, ``avg_pool2d``'s ``pool_sum``): the window loops moved
+    outside the output row, so the row is one vector per window tap (strided loads at stride 2); the padding
+    stays its own elementwise block, and the average's divide too; rows in parallel when the window work is
+    worth two threads. Contraction's register tiles on pools ran 1-6 ns per output element, erratic by shape
+    (a 24x194x194 3x3 max pool: 5.7 ns); adaptive pools (windows that vary with the output) are left to it."""
+
+    POOL_BLOCKS = ("pool_max", "pool_sum")
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(_root(sch))
+        reductions = [b for b in blocks if not _is_spatial(sch.get(b))]
+        if len(reductions) != 1 or sch.get(reductions[0]).name_hint not in self.POOL_BLOCKS:
+            return None
+        pool = reductions[0]
+        if not _trivially_bound(sch, pool):
+            return None
+        kinds = [iv.iter_type for iv in sch.get(pool).iter_vars]
+        n_spatial = kinds.index(tirx.IterVar.CommReduce) if tirx.IterVar.CommReduce in kinds else len(kinds)
+        if n_spatial < 2 or any(k != tirx.IterVar.CommReduce for k in kinds[n_spatial:]):
+            return None
+        loops = sch.get_loops(pool)
+        extents = [_extent(sch, lp) for lp in loops]
+        if any(e is None for e in extents):
+            return None
+        work = 1
+        for e in extents:
+            work *= e
+        lanes = max(vector_bits(target) // 32, 1)
+        rows, w, window = loops[: n_spatial - 1], loops[n_spatial - 1], loops[n_spatial:]
+        fused = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+        width = _lanes(extents[n_spatial - 1], lanes)
+        if width < 2:
+            return None
+        w_o, w_i = sch.split(w, factors=[None, width])
+        # The window outside the vector: each tap one (strided) vector load; the init runs at the first tap.
+        sch.reorder(fused, w_o, *window, w_i)
+        sch.vectorize(w_i)
+        for loop in window:
+            if (_extent(sch, loop) or 0) <= 8:
+                sch.unroll(loop)
+        if work >= PARALLEL_MIN_WORK["pool"] and (_extent(sch, fused) or 0) > 1:
+            sch.parallel(fused)
+        # Padding before, the average's divide (and a fused epilogue) after: elementwise blocks of their own.
+        for block in sch.get_child_blocks(_root(sch)):
+            if _is_spatial(sch.get(block)):
+                _schedule_injective_block(sch, block, lanes)
+        return sch
+
+
 class RowReduction(CPUScheduleRule):
     """Kernels of reductions and injective blocks (softmax, layer norm, RMS norm, mean, sums...): each
     block's leading spatial loops fused and run in parallel; the innermost loop is left to LLVM, which
@@ -806,7 +866,7 @@ class Injective(CPUScheduleRule):
 
 def default_rules() -> list:
     """The CPU rules in the order they are tried."""
-    return [Contraction(), dl.cpu.GEMV(), RowReduction(), Injective()]
+    return [Pool(), Contraction(), dl.cpu.GEMV(), RowReduction(), Injective()]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -666,6 +666,9 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
     target = str(_get(record, "target", "llvm") or "llvm")
     if not target.startswith(("llvm", "cpu")):
         return {}
+    name = short_name(str(_get(record, "anchor_op", "")))
+    if name in ("max_pool2d", "avg_pool2d"):
+        return _pool_lane_use(record, dtype_bits)
     try:
         axes = _tile_axes(record)
     except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
@@ -696,6 +699,27 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         feats[f"sched_loads_{bits}"] = plan["loads_per_fma"]
         feats[f"sched_tail_{bits}"] = float(plan["tail"])
         feats[f"sched_rows_{bits}"] = float(plan["ut"])
+    return feats
+
+
+def _pool_lane_use(record: Mapping, dtype_bits: int) -> dict:
+    """``sched_lane_use_*`` of a pooling kernel as :class:`autoplace.backend.cpu_schedules.Pool` vectorises it:
+    vectors of :func:`~autoplace.backend.cpu_schedules._lanes` lanes along the output row (an 18-wide row: 18
+    lanes over three 8-lane registers), scalar where they do not divide it (TVM leaves a predicated tail loop
+    scalar: rows of 194 or 57); the share of register lanes the vector fills."""
+    from ..backend.cpu_schedules import _lanes
+
+    shapes = _shapes(_get(record, "arg_shapes"))
+    n_out = int(_get(record, "num_outputs", 1) or 1)
+    if len(shapes) <= n_out or not shapes[-n_out]:
+        return {}
+    row = int(shapes[-n_out][-1])
+    feats = {}
+    for bits in (256, 512):
+        lanes = max(bits // max(dtype_bits, 1), 1)
+        width = _lanes(row, lanes) if row >= 2 else 1
+        width = width if width >= 1 and row % width == 0 else 1
+        feats[f"sched_lane_use_{bits}"] = width / (-(-width // lanes) * lanes)
     return feats
 
 
