@@ -15,7 +15,7 @@ predicted latency, that measured latency and the min/max of every sample, their 
 priced by measurement, how long measuring and planning took.
 Goal (issue 11): predicted within 5% of measured.
 
-    python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 5] [--gap-s 20]
+    python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 10] [--gap-s 20]
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
-    parser.add_argument("--rounds", type=int, default=5, help="timing rounds over all the built plans")
-    parser.add_argument("--gap-s", type=float, default=0.0, help="seconds to wait between two rounds")
+    parser.add_argument("--rounds", type=int, default=10, help="timing rounds over all the built plans")
+    parser.add_argument("--gap-s", type=float, default=20.0,
+                        help="seconds to wait between two rounds (the host has minute-long slow phases)")
     parser.add_argument("--tag", default="", help="suffix of the result files (measure_auto<tag>.csv)")
     args = parser.parse_args(argv)
     from autoplace.profile.hardware import hardware_metadata
