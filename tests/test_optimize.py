@@ -186,6 +186,13 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     auto = autoplace.optimize(model, None, TWO)  # measure="auto" is the default
     after = _lines(records)
     assert after > before  # the missing kernels (and nothing already profiled) were measured here
+    # ... each in MEASURE_ROUNDS rounds, merged as the profiler merges them
+    from autoplace.optimizer import MEASURE_ROUNDS
+    from autoplace.profile import ProfileStore
+
+    mine = [r for (kind, _, _), r in ProfileStore(measured_here_dir()).newest_good().items()
+            if kind == "unit" and r.get("model") == model.name]
+    assert mine and all(r["rounds"] == MEASURE_ROUNDS == len(r["round_medians_us"]) for r in mine)
     summary = auto.summary()
     assert summary.loc["cpu0", "measured"] == summary.loc["cpu0", "kernels"] >= 1
     assert summary.loc["cpu0", "predicted"] == 0

@@ -313,7 +313,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
 
 def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, copies: bool = False,
                     redo: Iterable[str] = (), timer: KernelTimer | None = None, progress: bool = True,
-                    log=print) -> dict:
+                    log=print, rounds: int = 1) -> dict:
     """Measure the given kernels of one model (already extracted) on the targets this machine can run.
 
     What :func:`autoplace.optimize` calls with ``measure="auto"`` for kernels its profiles lack: the
@@ -332,6 +332,9 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
         Also measure copies between the runnable targets and their call overhead (missing ones only).
     redo : iterable of str
         Record kinds to measure again even if the store has them (``("unit",)``: ``measure="always"``).
+    rounds : int
+        Time each kernel in this many rounds over all of them (kept builds, no recompiling), merged as
+        :func:`profile_models` merges them (:func:`merge_rounds`).
 
     Returns
     -------
@@ -354,7 +357,8 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     by_kind = {kind: units for kind, units in units_by_kind.items() if kind in kinds}
     summary = _profile_extracted([(model, graph, by_kind)], targets, kinds, runnable, store, copies=copies,
                                  end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
-                                 progress=progress, log=log, lock_timeout_s=None, report_speed=False)
+                                 progress=progress, log=log, lock_timeout_s=None, rounds=rounds,
+                                 report_speed=False)
     return dict(summary, seconds=time.perf_counter() - started)
 
 
