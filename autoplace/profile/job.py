@@ -383,7 +383,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
-            todo, seen, seen_units, total_units, model_runs = [], set(), {}, 0, []
+            todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
                     total_units += len(units)
@@ -393,11 +393,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                         tag = ("unit", unit.key, kind)
                         if tag in seen:
                             continue
-                        seen.add(tag)
-                        seen_units[tag] = unit
+                        seen[tag] = unit
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
-            retagged = _retag_cpu_schedule(store, {tag: unit for tag, unit in seen_units.items() if tag in done})
+            retagged = _retag_cpu_schedule(store, {tag: unit for tag, unit in seen.items() if tag in done})
             skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
