@@ -76,6 +76,10 @@ FAMILIES = {
     # batched matmul as attention runs it
     "attn_qk": "matmul",
     "attn_av": "matmul",
+    # a vision transformer's tokens (patches + a class token: 17, 50, 197...): rows the register tile
+    # does not divide, in linear layers and in attention over them
+    "linear": "matmul",
+    "attn_tokens": "matmul",
 }
 
 #: Largest multiply-add count of a convolution or matmul model (a naive CPU kernel runs 1-8 ns each).
@@ -486,10 +490,62 @@ def _attention(rng, family: str, n: int) -> list[Model]:
     return models
 
 
+#: Token counts of vision transformers and their like: patches of a square grid plus a class token
+#: (4x4+1 ... 24x24+1), 50 of CLIP ViT-B/32, odd sequence lengths. None has a divisor from 4 to 12, so the
+#: CPU register tile pads them (``Contraction.pads_rows``).
+TOKENS = (17, 37, 50, 65, 101, 145, 197, 257, 577)
+
+
+def _linear(rng, n: int) -> list[Model]:
+    """``x[tokens, k] @ W[k, n] + b`` (every other with GELU, the MLP's first layer) from 10^4 multiply-adds."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, macs in enumerate(_spread(rng, 1e4, MAX_MACS, n)):
+        tokens = int(rng.choice([t for t in TOKENS if t * 32 * 32 <= macs] or TOKENS[:1]))
+        widths = np.array((16, 32) + _WIDTHS)
+        side = math.sqrt(macs / tokens) * 2 ** rng.uniform(-1, 1)
+        k = int(widths[np.abs(np.log(widths / side)).argmin()])
+        n_out = int(widths[np.abs(np.log(widths * k * tokens / macs)).argmin()])
+        weight, bias = _const(rng, (k, n_out)), _const(rng, (n_out,))
+        gelu = i % 2 == 1
+
+        def body(bb, x, w=weight, b=bias, gelu=gelu):
+            y = op.add(bb.emit(op.matmul(x, w)), b)
+            return op.nn.gelu(bb.emit(y)) if gelu else y
+
+        models.append(_model(f"ops-linear-{tokens}x{k}-{n_out}" + ("-gelu" if gelu else ""), _f32((tokens, k)), body))
+    return models
+
+
+def _attention_tokens(rng, n: int) -> list[Model]:
+    """Attention's two batched matmuls over :data:`TOKENS` (Q @ K^T, then P @ V), from 10^4 multiply-adds."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, macs in enumerate(_spread(rng, 1e4, MAX_MACS, n)):
+        d = int(rng.choice((16, 32, 64)))
+        heads = int(rng.choice((2, 3, 4, 6, 12)))
+        tokens = max([t for t in TOKENS if heads * t * t * d <= macs] or TOKENS[:1])
+        lead = (1, heads) if i % 2 else (heads,)
+        if i % 2 == 0:
+            perm = list(range(len(lead))) + [len(lead) + 1, len(lead)]
+            models.append(_model(f"ops-attn_tokens-qk-{_dims(lead)}x{tokens}x{d}",
+                                 _f32(lead + (tokens, d), lead + (tokens, d)),
+                                 lambda bb, q, k, perm=perm: op.matmul(q, bb.emit(op.permute_dims(k, perm)))))
+        else:
+            models.append(_model(f"ops-attn_tokens-av-{_dims(lead)}x{tokens}x{d}",
+                                 _f32(lead + (tokens, tokens), lead + (tokens, d)),
+                                 lambda bb, p, v: op.matmul(p, v)))
+    return models
+
+
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6}
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6}
 DEFAULT_COUNT = 4
 
 
@@ -537,6 +593,10 @@ def op_family_models(seed: int = 0, families=None) -> list[Model]:
             models += _conv2d(rng, family, count)
         elif group == "pool":
             models += _pool(rng, family, count)
+        elif family == "linear":
+            models += _linear(rng, count)
+        elif family == "attn_tokens":
+            models += _attention_tokens(rng, count)
         else:
             models += _attention(rng, family, count)
     return models

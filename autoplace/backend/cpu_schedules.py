@@ -23,8 +23,9 @@ schedule never makes a build fail.
 ``dlight.cpu.GEMV``
     TVM's own rule for matrix-vector products that read the matrix along the reduction.
 ``RowReduction``
-    softmax, layer / RMS norm, mean and other reductions: each block's rows in parallel, the row
-    itself left to LLVM's vectoriser (faster than ``dlight.cpu.Reduction`` here, see the class).
+    softmax, layer / RMS norm, mean and other reductions: each block's rows in parallel, a reduction along
+    the rows' innermost axes accumulated in vector lanes (``rfactor``), other loops left to LLVM's
+    vectoriser.
 ``Injective``
     elementwise, broadcast, reshape, concatenate...: producers inlined, each remaining block's outer
     loops fused and run in parallel, its innermost loop vectorised; transposes in tiles staged
@@ -67,7 +68,8 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: (:func:`autoplace.cost_model.training_units`): a kernel the rules no longer make is not what a build runs.
 #: 2: parallel loops only from :data:`PARALLEL_MIN_WORK` (was 4096 output elements for every rule).
 #: 3: max / average pools by :class:`Pool` (were register-tiled by :class:`Contraction`).
-SCHEDULE_VERSION = 3
+#: 4: row reductions accumulated in vector lanes by :class:`RowReduction` (were one scalar add at a time).
+SCHEDULE_VERSION = 4
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -811,14 +813,105 @@ class Pool(CPUScheduleRule):
         return sch
 
 
+#: Steps along a row below which a row reduction accumulates in one vector, not several: two vectors made a
+#: 3136-element mean 1.5x and a 768-long layer norm 1.3x faster, and rows of 32-256 slower.
+ROW_STEPS_PER_EXTRA_VECTOR = 32
+
+
+def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None = None) -> int:
+    """Lanes :class:`RowReduction` accumulates a row reduction in, for a contiguous run of ``run`` elements
+    (the reduced loops it splits) in a row of ``row`` (all reduced elements; default ``run``): the widest of
+    ``accumulators`` vectors that divides the run (a predicated tail would leave the loop scalar) and leaves
+    at least :data:`ROW_STEPS_PER_EXTRA_VECTOR` steps per row for more than one vector (the lanes are added
+    up one by one at the end), then one vector, down to half a vector (at least 4 lanes); 0 when none
+    divides the run, or the row is shorter than two vectors (it stays scalar: a layer norm over rows of 8
+    ran 1.2x slower in one vector than in scalar adds)."""
+    row = run if row is None else row
+    if row < 2 * lanes:
+        return 0
+    width = lanes * max(1, accumulators)
+    while width > lanes and (run % width or row < ROW_STEPS_PER_EXTRA_VECTOR * width):
+        width //= 2
+    while width >= max(4, lanes // 2):
+        if run % width == 0:
+            return width
+        width //= 2
+    return 0
+
+
+def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulators: int) -> bool:
+    """Accumulate a reduction block along its rows' innermost axes in vector lanes; whether it did.
+
+    Applies when the reduction iterators are the block's innermost loops and some input is read along them
+    as its trailing axes in order (``x[i, k]``, ``x[n, c, h, w]`` over ``h, w``). The innermost reduced loop,
+    or the last two fused when that allows more lanes (a 56x56 mean: 16 lanes over 3136, not 8 over 56),
+    is split into ``(ko, ki)`` with ``ki`` of :func:`row_reduction_width` lanes; ``rfactor`` makes a block
+    that keeps ``ki`` partial results per row (vectorised: ``ki`` lanes of a load added into as many
+    accumulators), and the original block adds them up. Three or more loops are not fused: the index
+    arithmetic of a vector that crosses two row boundaries is left to gathers (a 4x44x44 group norm ran
+    1.4x slower than the scalar loop).
+    """
+    stmt = sch.get(block)
+    kinds = [iv.iter_type for iv in stmt.iter_vars]
+    n_lead = next((i for i, k in enumerate(kinds) if k != tirx.IterVar.DataPar), len(kinds))
+    if n_lead == len(kinds) or any(k != tirx.IterVar.CommReduce for k in kinds[n_lead:]):
+        return False
+    reduced = [iv.var for iv in stmt.iter_vars[n_lead:]]
+    streamed = any(
+        len(rd.region) >= len(reduced)
+        and all(rng.min.same_as(v) for rng, v in zip(list(rd.region)[-len(reduced):], reduced))
+        for rd in stmt.reads
+    )
+    if not streamed:
+        return False
+    loops = sch.get_loops(block)
+    extents = [_extent(sch, loop) or 0 for loop in loops[n_lead:]]
+    row = 1
+    for e in extents:
+        row *= e
+    width, fused = row_reduction_width(extents[-1], lanes, accumulators, row), 1
+    if len(extents) >= 2:
+        wider = row_reduction_width(extents[-1] * extents[-2], lanes, accumulators, row)
+        if wider > width:
+            width, fused = wider, 2
+    if not width:
+        return False
+    try:
+        k = sch.fuse(*loops[-fused:]) if fused > 1 else loops[-1]
+        _, ki = sch.split(k, factors=[None, width])
+        rf = sch.rfactor(ki, n_lead)
+        sch.vectorize(sch.get_loops(rf)[-1])
+    except Exception:  # a reduction rfactor cannot split (tuple of non-commutative parts...): left scalar
+        return False
+    return True
+
+
+def vectorized_row_reduction(func: tirx.PrimFunc) -> bool:
+    """Whether ``func`` has a row reduction accumulated in vector lanes (a block :func:`_vectorize_row_reduction`
+    made: ``rfactor`` names it ``<block>_rf``). Profile records carry it (``vector_reduce``)."""
+    names = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, lambda b: names.append(b.name_hint)), order="post")
+    return any(str(n).endswith("_rf") for n in names)
+
+
 class RowReduction(CPUScheduleRule):
     """Kernels of reductions and injective blocks (softmax, layer norm, RMS norm, mean, sums...): each
-    block's leading spatial loops fused and run in parallel; the innermost loop is left to LLVM, which
-    vectorises it (and the reduction along it) on its own.
+    block's leading spatial loops fused and run in parallel. A reduction along the rows' innermost axes
+    (the last axis; a global average pool's H and W) accumulates ``width`` lanes at a time in vector
+    registers (:func:`_vectorize_row_reduction`: ``rfactor``), then adds the lanes up; other blocks leave
+    their innermost loop to LLVM's vectoriser.
 
-    Measured on softmax / layer norm / mean rows of 128-256: as fast as TVM's ``dlight.cpu.Reduction``
-    or faster (which splits and unrolls the row, then LLVM no longer vectorises it; 1.2-2x slower on
-    one thread), and nothing is inlined (softmax's exp would be computed twice)."""
+    LLVM does not vectorise a float sum by itself (it may not reorder the additions): until schedule
+    version 4 every row reduction ran one scalar add at a time, 0.5-0.7 ns per element, and the sums,
+    means, maxima and norms of the op families run 2.5-18x faster with lanes (``experiments/
+    row_reduction.py``). Nothing is inlined (softmax's exp would be computed twice)."""
+
+    #: Vector registers accumulated side by side: an add's latency is several cycles, so one register
+    #: would wait on itself (``experiments/row_reduction.py`` compares 1, 2 and 4).
+    ACCUMULATORS = 2
+
+    def __init__(self, accumulators: int | None = None):
+        self.accumulators = self.ACCUMULATORS if accumulators is None else accumulators
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
@@ -827,10 +920,13 @@ class RowReduction(CPUScheduleRule):
         blocks = sch.get_child_blocks(_root(sch))
         if not any(not _is_spatial(sch.get(b)) for b in blocks):
             return None
+        lanes = max(vector_bits(target) // 32, 1)
         for block in blocks:
             stmt = sch.get(block)
             if not _trivially_bound(sch, block):
                 continue
+            if self.accumulators and _is_reduction(stmt):
+                _vectorize_row_reduction(sch, block, lanes, self.accumulators)
             loops = sch.get_loops(block)
             lead = []
             for loop, iv in zip(loops, stmt.iter_vars):

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 import numpy as np
 
 #: Bump when a feature changes meaning: saved models record it and refuse to load across versions.
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 
 #: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
 #: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines; the AMD EPYC (Zen 3)
@@ -520,6 +520,8 @@ TRANSFER_FEATURES = (
 #: model learns which one the profiled machine has): useful lanes, loads per multiply-add, whether the
 #: output's innermost axis is left to a scalar predicated tail, rows per tile; the share of padded rows
 #: and of padded columns (matmul only: a convolution's columns are not padded); the stride of the vector operand along the output's innermost axis (strided conv: gathers).
+#: Then what the CPU record says the scheduled kernel does: runs in parallel (``parallel``), accumulates a row
+#: reduction in vector lanes (``vector_reduce``, since feature version 3).
 #: Added after :data:`TRANSFER_FEATURES` (no earlier feature changed).
 SCHEDULE_FEATURES = (
     "sched_lane_use_256",
@@ -534,6 +536,7 @@ SCHEDULE_FEATURES = (
     "sched_col_pad",
     "sched_v_stride",
     "sched_parallel",
+    "sched_vector_reduce",
 )
 
 
@@ -834,6 +837,9 @@ def record_features(record: Mapping) -> dict:
     parallel = _get(record, "parallel", None)
     if isinstance(parallel, (bool, np.bool_)):  # CPU records since schedule version 2 (NaN before)
         feats["sched_parallel"] = float(parallel)
+    vector_reduce = _get(record, "vector_reduce", None)
+    if isinstance(vector_reduce, (bool, np.bool_)):  # CPU records since schedule version 4 (NaN before)
+        feats["sched_vector_reduce"] = float(vector_reduce)
     return feats
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
-from ..backend.cpu_schedules import SCHEDULE_VERSION, runs_in_parallel
+from ..backend.cpu_schedules import SCHEDULE_VERSION, runs_in_parallel, vectorized_row_reduction
 from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model
@@ -195,13 +195,15 @@ def remerge_rounds(store: ProfileStore) -> int:
 
 
 def _cpu_schedule_fields(unit) -> dict:
-    """What a CPU kernel's record says of its schedule: the rules' version and whether it runs in parallel."""
-    return dict(cpu_schedule=SCHEDULE_VERSION, parallel=runs_in_parallel(unit.prim_func))
+    """What a CPU kernel's record says of its schedule: the rules' version, whether it runs in parallel and
+    whether a row reduction accumulates in vector lanes."""
+    return dict(cpu_schedule=SCHEDULE_VERSION, parallel=runs_in_parallel(unit.prim_func),
+                vector_reduce=vectorized_row_reduction(unit.prim_func))
 
 
 def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
     """Append, for each CPU kernel of ``units`` (``{tag: Unit}``) whose newest record was made under an older
-    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``parallel``), that record with the
+    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``vector_reduce``), that record with the
     current :func:`_cpu_schedule_fields`; returns how many. The key is the kernel's TIR: a kernel the current
     rules still make is the kernel that was timed, so its timing holds (the cost model trains on
     current-version CPU kernels only)."""
@@ -209,7 +211,7 @@ def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
     changed = 0
     for tag in sorted(t for t in units if t[2] == "llvm"):
         record = newest.get(tag)
-        if record is not None and (record.get("cpu_schedule") != SCHEDULE_VERSION or "parallel" not in record):
+        if record is not None and (record.get("cpu_schedule") != SCHEDULE_VERSION or "vector_reduce" not in record):
             store.append({**record, **_cpu_schedule_fields(units[tag])})
             changed += 1
     return changed
