@@ -69,6 +69,9 @@ FAMILIES = {
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
+    # a CNN's stages as torchvision's ResNets, VGG, Inception run them: 3x3 and 1x1 convolutions and max pools
+    # on 112/56/28/14/7 feature maps with 32-256 channels
+    "cnn_stage": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -469,6 +472,40 @@ def _pool(rng, family: str, n: int) -> list[Model]:
     return models
 
 
+#: ``(op, kernel, stride)`` of the CNN-stage models, in turn (1x1 stride 2: a ResNet shortcut that downsamples).
+CNN_STAGE_OPS = (("conv", 3, 1), ("conv", 1, 1), ("max_pool", 3, 1), ("conv", 3, 2), ("conv", 1, 2), ("max_pool", 3, 2))
+#: Largest multiply-add count of a CNN-stage convolution (scheduled: about 1 ms on two Zen 3 cores).
+CNN_STAGE_MAX_MACS = 6.0e7
+
+
+def _cnn_stage(rng, n: int) -> list[Model]:
+    """Convolutions (with bias + ReLU) and max pools on the feature maps of an ImageNet CNN: at each map size,
+    about as many channels as :data:`CNN_STAGE_MAX_MACS` allows (torchvision's widths, scaled down)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        kind, k, s = CNN_STAGE_OPS[i % len(CNN_STAGE_OPS)]
+        h = (112, 56, 28, 14, 7)[i % 5]  # with 6 ops in turn: no (op, size) twice in 30 models
+        fits = [c for c in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+                if c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
+        c = int(rng.choice(fits[-2:] or [16]))
+        if kind == "max_pool":  # a pool's channels are those of the convolutions around it
+            c = int(rng.choice((64, 128, 192, 256)))
+            models.append(_model(f"ops-cnn_stage-maxpool{k}s{s}-{c}x{h}x{h}", _f32((1, c, h, h)),
+                                 lambda bb, x, k=k, s=s: op.nn.max_pool2d(x, k, s, k // 2)))
+            continue
+        cout = c * s  # a strided convolution doubles the channels
+        weight, bias = _const(rng, (cout, c, k, k)), _const(rng, (1, cout, 1, 1))
+
+        def body(bb, x, w=weight, b=bias, k=k, s=s):
+            return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b))
+
+        models.append(_model(f"ops-cnn_stage-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)), body))
+    return models
+
+
 # -- attention's batched matmuls -------------------------------------------------------------------------
 def _attention(rng, family: str, n: int) -> list[Model]:
     from tvm import relax
@@ -545,7 +582,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6}
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12}
 DEFAULT_COUNT = 4
 
 
@@ -589,6 +626,8 @@ def op_family_models(seed: int = 0, families=None) -> list[Model]:
             models += _movement(rng, family, count)
         elif family == "conv1d":
             models += _conv1d(rng)
+        elif family == "cnn_stage":
+            models += _cnn_stage(rng, count)
         elif group == "conv":
             models += _conv2d(rng, family, count)
         elif group == "pool":

@@ -9,10 +9,13 @@ sample, median of each round), so every setting sees the same host; each kernel'
 scalar build's.
 
     python experiments/row_reduction.py [--models bert-base inception-base ...] [--families softmax mean ...]
+    python experiments/row_reduction.py --end-to-end bert-base gpt2-base ...   # whole models, scalar vs shipped
 
 Writes ``experiments/results/<hardware id>/row_reduction.csv`` (one row per RowReduction kernel and setting) and
 prints each setting's time relative to the scalar loop: per kernel kind, and per model (the sum of its
-RowReduction kernels, each launch counted).
+RowReduction kernels, each launch counted). ``--end-to-end`` builds each model whole with the scalar loop and
+with the shipped setting, checks they compute the same, times them in interleaved rounds and writes
+``row_reduction_end_to_end.csv``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,42 @@ def row_reduction_kernels(models, accumulators: int) -> list:
         cpu_schedules.RowReduction.ACCUMULATORS = shipped
 
 
+def end_to_end(specs, rounds: int) -> pd.DataFrame:
+    """Each model built whole with the scalar row loop (accumulators 0) and with the shipped setting, same
+    outputs checked, timed in interleaved rounds (~20 ms per sample)."""
+    import autoplace
+    from autoplace import zoo
+    from autoplace.backend import cpu_schedules
+
+    shipped = cpu_schedules.RowReduction.ACCUMULATORS
+    rows = []
+    for spec in specs:
+        model = zoo.parse(spec)
+        inputs = model.random_inputs()
+        runners = {}
+        for accumulators in (0, shipped):
+            cpu_schedules.RowReduction.ACCUMULATORS = accumulators
+            try:
+                runners[accumulators] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+            finally:
+                cpu_schedules.RowReduction.ACCUMULATORS = shipped
+        a, b = runners[0](*inputs), runners[shipped](*inputs)
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-3)
+        number = max(1, int(20_000 / max(1.0, float(np.median(runners[0].time_us(inputs, repeat=3))))))
+        times = {n: [] for n in runners}
+        for _ in range(rounds):
+            for n, runner in runners.items():
+                times[n].append(float(np.median(runner.time_us(inputs, number=number, repeat=5))))
+        row = dict(model=spec, scalar_median_us=float(np.median(times[0])), scalar_min_us=float(np.min(times[0])),
+                   lanes_median_us=float(np.median(times[shipped])), lanes_min_us=float(np.min(times[shipped])))
+        row["ratio_of_medians"] = row["lanes_median_us"] / row["scalar_median_us"]
+        print(f"{spec}: scalar {row['scalar_median_us']:.1f} us, vector lanes {row['lanes_median_us']:.1f} us, "
+              f"x{row['ratio_of_medians']:.3f}", flush=True)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main(argv=None):
     import tvm
 
@@ -63,7 +102,18 @@ def main(argv=None):
     parser.add_argument("--families", nargs="*", default=list(DEFAULT_FAMILIES))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--end-to-end", nargs="*", metavar="MODEL",
+                        help="time these models whole, scalar row loop vs the shipped setting, instead")
     args = parser.parse_args(argv)
+    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
+    os.makedirs(out_dir, exist_ok=True)
+    if args.end_to_end is not None:
+        table = end_to_end(args.end_to_end or ["bert-base", "gpt2-base", "llama-base", "vit-base", "inception-base",
+                                                "cnn-base"], args.rounds)
+        path = os.path.join(out_dir, f"row_reduction_end_to_end{args.tag}.csv")
+        table.to_csv(path, index=False)
+        print(f"wrote {path}")
+        return
 
     models = [zoo.parse(spec) for spec in args.models] + op_family_models(families=args.families)
     by_setting = {n: row_reduction_kernels(models, n) for n in SETTINGS}
@@ -130,8 +180,6 @@ def main(argv=None):
     ratio = per_model.div(per_model[0], axis=0).round(3)
     ratio.insert(0, "scalar_us", per_model[0].round(1))
     print(ratio.to_string())
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"row_reduction{args.tag}.csv")
     table.to_csv(path, index=False)
     print(f"wrote {path}")
