@@ -190,6 +190,8 @@ def _conv_ref(x, w, stride, pad, groups):
     (1, 8, 10, 12, 3, 1, 1, 2),   # grouped
     (1, 3, 12, 5, 5, 1, 0, 1),    # 5x5, no padding
     (1, 16, 56, 8, 3, 1, 1, 1),   # rows of 56: a vector narrower than a register
+    (1, 8, 17, 12, 3, 1, 1, 1),   # rows of 17 (no vector divides them): one 17-lane vector
+    (1, 4, 26, 8, 3, 1, 1, 4),    # rows of 26, depthwise
 ])
 def test_conv2d(n, c, h, o, k, stride, pad, groups):
     check(lambda x, w: R.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups),
@@ -255,6 +257,22 @@ def test_row_reductions_accumulate_in_vector_lanes():
                        [(1, 16, 44, 44), (16,), (16,)]) == [("RowReduction", True)]
     # rows no vector divides (a ViT's 197 tokens) stay scalar
     assert _vectorized(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]) == [("RowReduction", False)]
+
+
+def test_vector_width_says_which_kernels_run_scalar():
+    # an injective row of 64 in 8-lane vectors; a padded row of 33 (no divisor from 4 to 8): a predicated tail
+    # loop TVM leaves scalar; a row of 18 in one 18-lane vector (LLVM splits it into registers)
+    widths = {}
+    for shape, pad in (((4, 64), 0), ((1, 3, 32, 32), 1), ((1, 8, 16, 16), 2)):
+        make = (lambda x: R.sigmoid(x)) if not pad else (lambda x, p=pad: R.nn.pad(x, [0, 0, 0, 0, 0, p, 0, p]))
+        (_, func), = _prim_funcs(make, [shape])
+        scheduled, rule = schedule_prim_func(func, TARGET)
+        widths[shape[-1] + pad] = (rule, cs.vector_width(scheduled))
+    assert widths == {64: ("Injective", 8), 33: ("Injective", 0), 18: ("Injective", 18)}
+    # a convolution's rows of 17 (its columns cannot be padded) in one odd-width vector, not a scalar tail
+    (_, func), = _prim_funcs(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 17, 17), (8, 8, 3, 3)])
+    scheduled, rule = schedule_prim_func(func, TARGET)
+    assert rule == "Contraction" and cs.vector_width(scheduled) >= 17  # (its padded copy of the input: 19)
 
 
 @pytest.mark.parametrize("run,row,width", [(256, 256, 8), (512, 512, 16), (32, 32, 8), (3136, 3136, 16), (44, 7744, 4),

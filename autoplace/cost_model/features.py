@@ -59,7 +59,7 @@ from collections.abc import Mapping
 import numpy as np
 
 #: Bump when a feature changes meaning: saved models record it and refuse to load across versions.
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 
 #: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
 #: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines; the AMD EPYC (Zen 3)
@@ -520,8 +520,11 @@ TRANSFER_FEATURES = (
 #: model learns which one the profiled machine has): useful lanes, loads per multiply-add, whether the
 #: output's innermost axis is left to a scalar predicated tail, rows per tile; the share of padded rows
 #: and of padded columns (matmul only: a convolution's columns are not padded); the stride of the vector operand along the output's innermost axis (strided conv: gathers).
-#: Then what the CPU record says the scheduled kernel does: runs in parallel (``parallel``), accumulates a row
-#: reduction in vector lanes (``vector_reduce``, since feature version 3).
+#: Since feature version 4, whether that tile is one odd-width vector (a convolution row of 13-32 no vector
+#: divides: 3-5x faster than the scalar tail it replaced, still 5-15x slower per multiply-add than full
+#: vectors). Then what the CPU record says the scheduled kernel does: runs in parallel (``parallel``),
+#: accumulates a row reduction in vector lanes (``vector_reduce``, since feature version 3). (Records also
+#: carry ``cpu_rule`` and ``vector_width``; as features they made the leave-one-family-out errors worse.)
 #: Added after :data:`TRANSFER_FEATURES` (no earlier feature changed).
 SCHEDULE_FEATURES = (
     "sched_lane_use_256",
@@ -532,6 +535,8 @@ SCHEDULE_FEATURES = (
     "sched_loads_512",
     "sched_tail_512",
     "sched_rows_512",
+    "sched_odd_256",
+    "sched_odd_512",
     "sched_row_pad",
     "sched_col_pad",
     "sched_v_stride",
@@ -697,11 +702,13 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         e_v = padded(e_v)
     e_u = padded(e_u) if pad_rows else e_u
     for bits in (256, 512):
-        plan = rule.tile_plan(e_v, e_u, max(bits // max(dtype_bits, 1), 1), _ACCUMULATORS[bits], _REGISTERS[bits])
+        plan = rule.tile_plan(e_v, e_u, max(bits // max(dtype_bits, 1), 1), _ACCUMULATORS[bits], _REGISTERS[bits],
+                              odd=not matmul)
         feats[f"sched_lane_use_{bits}"] = plan["lane_use"]
         feats[f"sched_loads_{bits}"] = plan["loads_per_fma"]
-        feats[f"sched_tail_{bits}"] = float(plan["tail"])
+        feats[f"sched_tail_{bits}"] = float(plan["tail"] or plan["odd"])  # no vector divides the row
         feats[f"sched_rows_{bits}"] = float(plan["ut"])
+        feats[f"sched_odd_{bits}"] = float(plan["odd"])
     return feats
 
 

@@ -45,7 +45,8 @@ def train(
     allow_foreign : bool
         Also use records of the folder measured on other hardware / TVM versions (warned about).
     hardware_id : str, optional
-        The machine the model is for (default: this one); a profile of other hardware warns.
+        The machine the model is for (default: the one the folder's ``metadata.json`` names, else this one);
+        records of other hardware warn.
     calibrate : bool
         Also learn the model's error band (:meth:`CostModel.calibrate`: leave-one-family-out residuals
         on the same records, one more fit per model family in the profile), saved with the model. Without
@@ -71,6 +72,9 @@ def train(
         records = records[~units | records["target"].isin(kinds)]
         if not (records["kind"] == "unit").any():
             raise AutoplaceError(f"{store.path}: no unit records for target {kinds}")
+    if hardware_id is None:  # the machine the folder describes (another machine's folder trains its model)
+        stored = store.stored_metadata() if hasattr(store, "stored_metadata") else None
+        hardware_id = (stored or {}).get("hardware_id")
     fitted = create(model, **params).fit(records, hardware_id=hardware_id)
     if calibrate:
         fitted.calibrate(records)

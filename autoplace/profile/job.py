@@ -22,7 +22,8 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
-from ..backend.cpu_schedules import SCHEDULE_VERSION, runs_in_parallel, vectorized_row_reduction
+from ..backend.cpu_schedules import (RULE_ATTR, SCHEDULE_VERSION, runs_in_parallel, vector_width,
+                                     vectorized_row_reduction)
 from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model
@@ -195,15 +196,17 @@ def remerge_rounds(store: ProfileStore) -> int:
 
 
 def _cpu_schedule_fields(unit) -> dict:
-    """What a CPU kernel's record says of its schedule: the rules' version, whether it runs in parallel and
-    whether a row reduction accumulates in vector lanes."""
-    return dict(cpu_schedule=SCHEDULE_VERSION, parallel=runs_in_parallel(unit.prim_func),
-                vector_reduce=vectorized_row_reduction(unit.prim_func))
+    """What a CPU kernel's record says of its schedule: the rules' version, the rule that scheduled it, whether
+    it runs in parallel, the lanes of its widest vector loop, whether a row reduction accumulates in lanes."""
+    func = unit.prim_func
+    rule = str(func.attrs[RULE_ATTR]) if func.attrs is not None and RULE_ATTR in func.attrs else "none"
+    return dict(cpu_schedule=SCHEDULE_VERSION, cpu_rule=rule, parallel=runs_in_parallel(func),
+                vector_width=vector_width(func), vector_reduce=vectorized_row_reduction(func))
 
 
 def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
     """Append, for each CPU kernel of ``units`` (``{tag: Unit}``) whose newest record was made under an older
-    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``vector_reduce``), that record with the
+    :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``vector_width``), that record with the
     current :func:`_cpu_schedule_fields`; returns how many. The key is the kernel's TIR: a kernel the current
     rules still make is the kernel that was timed, so its timing holds (the cost model trains on
     current-version CPU kernels only)."""
@@ -211,7 +214,7 @@ def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
     changed = 0
     for tag in sorted(t for t in units if t[2] == "llvm"):
         record = newest.get(tag)
-        if record is not None and (record.get("cpu_schedule") != SCHEDULE_VERSION or "vector_reduce" not in record):
+        if record is not None and (record.get("cpu_schedule") != SCHEDULE_VERSION or "vector_width" not in record):
             store.append({**record, **_cpu_schedule_fields(units[tag])})
             changed += 1
     return changed
