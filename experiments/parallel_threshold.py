@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 import pandas as pd
+from kernel_timing import build_kernels, time_interleaved
 
 DEFAULT_MODELS = ("inception", "mobilenetv2", "convnext", "resnet", "bert", "gpt2", "vit", "cnn",
                   "inception-base", "mobilenetv2-base", "convnext-base", "resnet-base", "cnn-base", "bert-base",
@@ -68,10 +69,7 @@ def block_work(prim_func) -> int:
 
 
 def main(argv=None):
-    import tvm
-
     from autoplace.profile.hardware import hardware_metadata
-    from autoplace.profile.measure import _random_args
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
@@ -83,26 +81,10 @@ def main(argv=None):
     from autoplace.backend.cpu_schedules import RULE_ATTR
 
     by_threshold = {t: kernels_at(args.models, t) for t in args.thresholds}
-    built = {}  # TIR hash -> (runtime module, arguments)
-    for launches in by_threshold.values():
-        for spec_launches in launches.values():
-            for _, tir_hash, unit in spec_launches:
-                if tir_hash in built:
-                    continue
-                func = unit.prim_func.with_attr("global_symbol", "main")
-                lib = tvm.tirx.build(tvm.IRModule({"main": func.without_attr("target")}), target=func.attrs["target"])
-                built[tir_hash] = (lib, _random_args(unit.arg_shapes, unit.arg_dtypes, unit.num_outputs, tvm.cpu()))
+    built = build_kernels((tir_hash, unit) for launches in by_threshold.values()
+                          for spec_launches in launches.values() for _, tir_hash, unit in spec_launches)
     print(f"{len(built)} distinct kernel builds over {len(args.thresholds)} thresholds", flush=True)
-    numbers = {}
-    for tir_hash, (lib, targs) in built.items():
-        lib["main"](*targs)
-        once = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=3)(*targs).results
-        numbers[tir_hash] = max(1, int(1e-3 / max(1e-9, float(np.median(once)))))
-    rounds = {h: [] for h in built}
-    for _ in range(args.rounds):
-        for tir_hash, (lib, targs) in built.items():
-            timer = lib.time_evaluator("main", tvm.cpu(), number=numbers[tir_hash], repeat=5)
-            rounds[tir_hash].append(float(np.median(timer(*targs).results)) * 1e6)
+    rounds = time_interleaved(built, args.rounds)
     rows = []
     for t, launches in by_threshold.items():
         for spec, spec_launches in launches.items():

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 import pandas as pd
+from kernel_timing import build_kernels, time_interleaved
 
 DEFAULT_MODELS = ("bert", "gpt2", "llama", "vit", "convnext", "inception", "resnet", "whisper-encoder",
                   "bert-base", "gpt2-base", "llama-base", "vit-base", "inception-base", "cnn-base", "convnext-base")
@@ -89,13 +90,10 @@ def end_to_end(specs, rounds: int) -> pd.DataFrame:
 
 
 def main(argv=None):
-    import tvm
-
     from autoplace import zoo
     from autoplace.backend.cpu_schedules import vectorized_row_reduction
     from autoplace.op_families import op_family_models
     from autoplace.profile.hardware import hardware_metadata
-    from autoplace.profile.measure import _random_args
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
@@ -117,14 +115,7 @@ def main(argv=None):
 
     models = [zoo.parse(spec) for spec in args.models] + op_family_models(families=args.families)
     by_setting = {n: row_reduction_kernels(models, n) for n in SETTINGS}
-    built = {}  # TIR hash -> (runtime module, arguments)
-    for launches in by_setting.values():
-        for _, _, tir_hash, unit in launches:
-            if tir_hash in built:
-                continue
-            func = unit.prim_func.with_attr("global_symbol", "main")
-            lib = tvm.tirx.build(tvm.IRModule({"main": func.without_attr("target")}), target=func.attrs["target"])
-            built[tir_hash] = (lib, _random_args(unit.arg_shapes, unit.arg_dtypes, unit.num_outputs, tvm.cpu()))
+    built = build_kernels((tir_hash, unit) for launches in by_setting.values() for _, _, tir_hash, unit in launches)
     print(f"{len(built)} distinct kernel builds over accumulators {SETTINGS}", flush=True)
 
     # Same inputs for every setting of a kernel (the launch's position in the model), outputs compared.
@@ -146,15 +137,7 @@ def main(argv=None):
     worst = max(errors.values(), default=0.0)
     print(f"largest difference from the scalar loop, relative to the output's largest value: {worst:.1e}")
 
-    numbers = {}
-    for tir_hash, (lib, targs) in built.items():
-        once = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=3)(*targs).results
-        numbers[tir_hash] = max(1, int(1e-3 / max(1e-9, float(np.median(once)))))
-    rounds = {h: [] for h in built}
-    for _ in range(args.rounds):
-        for tir_hash, (lib, targs) in built.items():
-            timer = lib.time_evaluator("main", tvm.cpu(), number=numbers[tir_hash], repeat=5)
-            rounds[tir_hash].append(float(np.median(timer(*targs).results)) * 1e6)
+    rounds = time_interleaved(built, args.rounds)
 
     rows = []
     for n, launches in by_setting.items():

@@ -11,8 +11,14 @@ import autoplace
 from autoplace.cost_model import feature_names, features_from_unit, record_features
 from autoplace.cost_model.features import SCHEDULE_FEATURES, TRANSFER_FEATURES, work
 from autoplace.graph import op_graph
-from autoplace.op_families import (CNN_STAGE_MAX_MACS, FAMILIES, MAX_ELEMENTWISE_ELEMS, MAX_MACS, family_of,
-                                    op_family_models)
+from autoplace.op_families import (
+    CNN_STAGE_MAX_MACS,
+    FAMILIES,
+    MAX_ELEMENTWISE_ELEMS,
+    MAX_MACS,
+    family_of,
+    op_family_models,
+)
 from autoplace.profile import extract_units
 
 PROFILE = os.path.join(os.path.dirname(__file__), "..", "profiles", "amd-epyc-2c")

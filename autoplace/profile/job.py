@@ -22,8 +22,13 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
-from ..backend.cpu_schedules import (RULE_ATTR, SCHEDULE_VERSION, runs_in_parallel, vector_width,
-                                     vectorized_row_reduction)
+from ..backend.cpu_schedules import (
+    RULE_ATTR,
+    SCHEDULE_VERSION,
+    runs_in_parallel,
+    vector_width,
+    vectorized_row_reduction,
+)
 from ..backend.cpu_threads import runtime_threads
 from ..errors import ProfilingError
 from ..frontend import load_model

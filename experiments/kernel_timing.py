@@ -1,0 +1,43 @@
+"""Build kernels once and time them side by side: what the schedule experiments share.
+
+``build_kernels`` compiles each distinct scheduled kernel (by its TIR hash, a :class:`autoplace.profile.Unit` key)
+with random arguments; ``time_interleaved`` times all of them in rounds (round 1 times every kernel once, then
+round 2...), each sample about 1 ms of calls, so every variant of a kernel sees the same host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def build_kernels(units) -> dict:
+    """``{TIR hash: (runtime module, arguments)}`` for ``(TIR hash, unit)`` pairs; a hash seen before is skipped."""
+    import tvm
+
+    from autoplace.profile.measure import _random_args
+
+    built = {}
+    for tir_hash, unit in units:
+        if tir_hash in built:
+            continue
+        func = unit.prim_func.with_attr("global_symbol", "main")
+        lib = tvm.tirx.build(tvm.IRModule({"main": func.without_attr("target")}), target=func.attrs["target"])
+        built[tir_hash] = (lib, _random_args(unit.arg_shapes, unit.arg_dtypes, unit.num_outputs, tvm.cpu()))
+    return built
+
+
+def time_interleaved(built: dict, rounds: int, sample_s: float = 1e-3) -> dict:
+    """``{TIR hash: [median us of each round]}``: every kernel of ``built`` timed once per round, in turn."""
+    import tvm
+
+    numbers = {}
+    for tir_hash, (lib, targs) in built.items():
+        lib["main"](*targs)
+        once = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=3)(*targs).results
+        numbers[tir_hash] = max(1, int(sample_s / max(1e-9, float(np.median(once)))))
+    times = {h: [] for h in built}
+    for _ in range(rounds):
+        for tir_hash, (lib, targs) in built.items():
+            timer = lib.time_evaluator("main", tvm.cpu(), number=numbers[tir_hash], repeat=5)
+            times[tir_hash].append(float(np.median(timer(*targs).results)) * 1e6)
+    return times
