@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ._relax import rebuild
@@ -298,6 +299,13 @@ WEIGHT_LAYOUT_OPS = frozenset(
     f"relax.{name}" for name in ("permute_dims", "reshape", "expand_dims", "squeeze", "flatten", "astype")
 )
 
+#: Elementwise arithmetic :func:`fold_weight_transforms` computes once when every tensor it reads is a
+#: weight and the result is no larger than the largest of them (a BatchNorm folded into its convolution,
+#: :func:`fold_batch_norms`, scales the weight by ``gamma / sqrt(var + eps)``).
+WEIGHT_ARITHMETIC_OPS = frozenset(
+    f"relax.{name}" for name in ("add", "subtract", "multiply", "divide", "sqrt", "rsqrt", "negative")
+)
+
 
 def fold_weight_transforms(main: relax.Function, num_input: int, weights: list) -> dict:
     """The layout changes of weights in ``main``, computed once, here: ``{binding var: (constant, name)}``.
@@ -315,11 +323,16 @@ def fold_weight_transforms(main: relax.Function, num_input: int, weights: list) 
     folded: dict = {}
 
     def fold(call: relax.Call):
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in WEIGHT_LAYOUT_OPS):
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in WEIGHT_LAYOUT_OPS | WEIGHT_ARITHMETIC_OPS):
             return None
         tensors = [a for a in call.args if isinstance(a.ty, relax.TensorType)]
-        if not tensors or not all(isinstance(a, relax.Var) and a in known for a in tensors):
+        # Tensor constants of main are weights too (``_rebuild`` lifts them).
+        if not tensors or not all(isinstance(a, relax.Var) and a in known or _is_tensor_constant(a)
+                                  for a in tensors):
             return None
+        if call.op.name in WEIGHT_ARITHMETIC_OPS and _num_elements(call.ty) > max(
+                _num_elements(a.ty) for a in tensors):
+            return None  # a broadcast that would store a larger tensor than the model reads
         args = [known[a][0] if isinstance(a, relax.Var) and a in known else a for a in call.args]
         bb = relax.BlockBuilder()
         with bb.function("main", []):
@@ -330,7 +343,8 @@ def fold_weight_transforms(main: relax.Function, num_input: int, weights: list) 
         constant = next((v for v in values if _is_tensor_constant(v)), None)
         if constant is None:
             return None
-        return constant, f"{known[tensors[0]][1]}_{call.op.name.removeprefix('relax.')}"
+        named = [known[a][1] for a in tensors if isinstance(a, relax.Var)]
+        return constant, f"{named[0] if named else 'const'}_{call.op.name.removeprefix('relax.')}"
 
     for block in (main.body.blocks if isinstance(main.body, relax.SeqExpr) else []):
         for binding in block.bindings:
@@ -339,6 +353,54 @@ def fold_weight_transforms(main: relax.Function, num_input: int, weights: list) 
                 if result is not None:
                     known[binding.var] = folded[binding.var] = result
     return folded
+
+
+def _num_elements(ty) -> int:
+    return int(np.prod([int(d) for d in ty.shape])) if isinstance(ty, relax.TensorType) and ty.shape else 1
+
+
+def fold_batch_norms(main: relax.Function, num_input: int, weights: list) -> relax.Function:
+    """``main`` with every inference BatchNorm that follows a convolution of a weight folded into it.
+
+    ``conv2d(x, W) -> batch_norm(gamma, beta, mean, var)`` becomes ``conv2d(x, W * s) + (beta - mean * s)``
+    with ``s = gamma / sqrt(var + eps)``, by TVM's ``FoldBatchnormToConv2D``; the new weight and bias are
+    then computed once by :func:`fold_weight_transforms`. The convolution's kernel then adds a bias
+    instead of a second kernel normalising its output (what every deployment of a CNN does). TVM's pass
+    matches constants only, so the weights are bound as constants for it and turned back into
+    parameters after.
+    """
+    batch_norm = tvm.ir.Op.get("relax.nn.batch_norm")
+    calls = [b.value for block in getattr(main.body, "blocks", []) for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.same_as(batch_norm)]
+    if not calls:
+        return main
+    as_constant = {var: relax.const(np.ascontiguousarray(w))
+                   for var, w in zip(main.params[num_input:], weights)}
+    # The pass returns copies of the constants: map them back by value (equal values, either weight).
+    as_weight = {tvm_ffi.structural_hash(constant): var for var, constant in as_constant.items()}
+
+    def substitute(func: relax.Function, leaf) -> relax.Function:
+        blocks = []
+        for block in func.body.blocks:
+            bindings = [relax.VarBinding(b.var, rebuild(b.value, leaf))
+                        if isinstance(b, relax.VarBinding) else b for b in block.bindings]
+            blocks.append(type(block)(bindings))
+        body = relax.SeqExpr(blocks, rebuild(func.body.body, leaf))
+        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+
+    def weight_of(expr):
+        if not _is_tensor_constant(expr):
+            return expr
+        var = as_weight.get(tvm_ffi.structural_hash(expr))
+        return var if var is not None and tvm_ffi.structural_equal(expr, as_constant[var]) else expr
+
+    bound = tvm.IRModule({"main": substitute(main, lambda e: as_constant.get(e, e))})
+    rewritten = relax.transform.Normalize()(relax.transform.FoldBatchnormToConv2D()(bound))["main"]
+    left = sum(1 for block in rewritten.body.blocks for b in block.bindings
+               if isinstance(b.value, relax.Call) and b.value.op.same_as(batch_norm))
+    if left == len(calls):
+        return main
+    return relax.transform.Normalize()(tvm.IRModule({"main": substitute(rewritten, weight_of)}))["main"]
 
 
 def _param_list(main: relax.Function, params) -> tuple[int, list]:
@@ -391,6 +453,8 @@ def normalize(mod: tvm.IRModule, params=None, *, name: str = "model", fold_weigh
             raise ModelError(f"weight {var.name} has shape {value.shape} but main expects {shape}")
     for var in main.params:
         _static_shape(var.ty, f"parameter {var.name}")
+    if fold_weights and weights:
+        main = fold_batch_norms(main, num_input, weights)
     folded = fold_weight_transforms(main, num_input, weights) if fold_weights and weights else {}
     new_main, weights = _rebuild(main, num_input, weights, folded)
     new_mod = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"})

@@ -188,3 +188,40 @@ def test_only_layout_changes_of_weights_are_folded():
     xv = np.random.default_rng(0).standard_normal((4, 3)).astype("float32")
     placement = autoplace.place(model, None, None, {"cpu": "llvm"})
     np.testing.assert_allclose(placement.run(xv), (xv @ wv.T + bv) @ wv, rtol=1e-5)
+
+
+def test_batch_norms_after_convolutions_are_folded_into_them():
+    """An inference BatchNorm after a convolution (ResNet, MobileNet) is folded into the convolution's
+    weight and a bias at import (TVM's FoldBatchnormToConv2D, then computed once): the build runs no
+    normalisation kernel, and the numbers stay PyTorch's, with trained statistics, depthwise convs
+    included, on one device and split over two. The explicit padding after ReLU6 (MobileNetV2's "same"
+    padding) then fuses into the first convolution's kernel, which must write the border too."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU6(),
+        torch.nn.ZeroPad2d((0, 1, 0, 1)),
+        torch.nn.Conv2d(8, 8, 2, groups=8, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 1, bias=True), torch.nn.BatchNorm2d(4),  # a conv with a bias: not folded
+    )
+    for module in net:
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-1, 1)
+            module.running_var.uniform_(0.5, 2)
+            module.weight.data.uniform_(0.5, 2)
+            module.bias.data.uniform_(-1, 1)
+    net.eval()
+    x = torch.randn(1, 3, 8, 8)
+    model = autoplace.load_model(net, example_inputs=(x,))
+    unfolded = autoplace.frontend.normalize(*_unnormalized(net, x), fold_weights=False)
+    assert _ops(unfolded).count("relax.nn.batch_norm") == 3
+    assert _ops(model).count("relax.nn.batch_norm") == 1
+    names = [v.name for v in model.weight_vars]
+    assert sum(n.endswith("_weight_multiply") for n in names) == 2
+    expected = net(x).detach().numpy()
+    (out,) = autoplace.place(model, None, {}, {"cpu0": "llvm"}).run(x.numpy())
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    placement = autoplace.place(model, None, {"relax.nn.relu": "cpu1"}, {"cpu0": "llvm", "cpu1": "llvm"})
+    (out,) = placement.run(x.numpy())
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
