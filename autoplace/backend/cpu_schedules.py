@@ -723,8 +723,8 @@ class Contraction(CPUScheduleRule):
         # convolution fused after a ReLU: 4x4 -> 5x5) stays at the root: computed per tile, TVM 0.27 never
         # writes the border (measured: MobileNetV2 with folded BatchNorms returned garbage there).
         out_shape = [int(x) for x in stmt.writes[0].source.shape]
-        at_root = [b for b in epilogue if _has_if_then_else(sch.get(b))
-                   or [int(x) for x in sch.get(b).writes[0].source.shape] != out_shape]
+        at_root = [b for b in epilogue if _has_if_then_else(sch.get(b)) or any(
+                   int(x) > n for x, n in zip(sch.get(b).writes[0].source.shape[::-1], out_shape[::-1]))]
         epilogue = [b for b in epilogue if b not in at_root]
         # Padded rows: the epilogue covers fewer rows than the tile, and TVM 0.27's reverse_compute_inline
         # would write the padding rows past the end of the output; it is computed per tile instead.
