@@ -1,0 +1,118 @@
+"""Does the host-speed canary see the phases in which whole models run slow? Matmul canary against a streaming one.
+
+In session 11 some rounds of ``experiments/measure_auto.py`` ran 20-40% slow for every model at once while the
+canary (``autoplace.profile.host_speed``: a 128x256x256 matmul, 256 KB, compute-bound) read calm. The guess:
+another tenant's memory traffic (L3, DRAM bandwidth), which a kernel that stays in L2 does not feel. This times,
+in turn and for ``--seconds``, the matmul canary, a streaming canary (``x + y`` over two 16 MB tensors: 48 MB of
+traffic, more than the L3) and one ~20 ms sample of each model, all-CPU, and asks which canary flags the slow
+model samples.
+
+    python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240]
+
+Writes ``experiments/results/<hardware id>/canary_correlation.csv`` (every sample) and prints per model the
+Spearman correlation of its sample times with each canary, and how many of its slow samples (over 1.15x its
+fastest) each canary flags (over 1.15x the canary's fastest), and how often it flags a calm one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import pandas as pd
+
+STREAM_SHAPE = (1024, 4096)  # float32: 16 MB per tensor
+SLOW = 1.15
+
+
+def stream_canary():
+    """``time_us()`` of ``x + y`` over two :data:`STREAM_SHAPE` float32 tensors, built as autoplace builds."""
+    import tvm
+    from tvm import relax
+
+    from autoplace.backend.cpu_schedules import cpu_target
+    from autoplace.backend.pipeline import single_device_build
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(STREAM_SHAPE, "float32"))
+    y = relax.Var("y", relax.TensorType(STREAM_SHAPE, "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, y))
+        bb.emit_func_output(out)
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(single_device_build(bb.get(), cpu_target("llvm")), dev)
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal(STREAM_SHAPE).astype("float32"), dev) for _ in range(2)]
+    timer = vm.time_evaluator("main", dev, number=2, repeat=1)
+
+    def time_us() -> float:
+        return float(np.median(timer(*args).results)) * 1e6
+
+    time_us()
+    return time_us
+
+
+def collect(specs, seconds: float) -> pd.DataFrame:
+    import autoplace
+    from autoplace import zoo
+    from autoplace.profile.host_speed import _canary_runner
+
+    matmul, stream = _canary_runner(), stream_canary()
+    models = []
+    for spec in specs:
+        model = zoo.parse(spec)
+        runner = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+        inputs = model.random_inputs()
+        number = max(1, int(20_000 / max(1.0, float(np.median(runner.time_us(inputs, repeat=3))))))
+        models.append((spec, runner, inputs, number))
+    rows, start = [], time.monotonic()
+    while time.monotonic() - start < seconds:
+        for spec, runner, inputs, number in models:
+            m_us, s_us = matmul(), stream()
+            model_us = float(runner.time_us(inputs, number=number, repeat=1)[0])
+            rows.append(dict(t_s=time.monotonic() - start, model=spec, matmul_canary_us=m_us,
+                             stream_canary_us=s_us, model_us=model_us))
+    return pd.DataFrame(rows)
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    m_slow = table.matmul_canary_us > SLOW * table.matmul_canary_us.min()
+    s_slow = table.stream_canary_us > SLOW * table.stream_canary_us.min()
+    for spec, group in table.groupby("model", sort=False):
+        slow = group.model_us > SLOW * group.model_us.min()
+        row = dict(model=spec, samples=len(group), slow_samples=int(slow.sum()),
+                   model_spread=float(group.model_us.max() / group.model_us.min()))
+        for name, flag in (("matmul", m_slow[group.index]), ("stream", s_slow[group.index])):
+            row[f"{name}_spearman"] = float(group.model_us.corr(group[f"{name}_canary_us"], method="spearman"))
+            row[f"{name}_flags_slow"] = int((flag & slow).sum())
+            row[f"{name}_flags_calm"] = int((flag & ~slow).sum())
+        row["either_flags_slow"] = int(((m_slow[group.index] | s_slow[group.index]) & slow).sum())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def main(argv=None):
+    from autoplace.profile.hardware import hardware_metadata
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=["bert-base", "resnet-base"])
+    parser.add_argument("--seconds", type=float, default=240)
+    args = parser.parse_args(argv)
+    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
+    os.makedirs(out_dir, exist_ok=True)
+    table = collect(args.models, args.seconds)
+    path = os.path.join(out_dir, "canary_correlation.csv")
+    table.to_csv(path, index=False)
+    print(f"stream canary: fastest {table.stream_canary_us.min():.0f} us, median "
+          f"{table.stream_canary_us.median() / table.stream_canary_us.min():.2f}x; matmul canary fastest "
+          f"{table.matmul_canary_us.min():.0f} us, median {table.matmul_canary_us.median() / table.matmul_canary_us.min():.2f}x")
+    print(summarize(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
