@@ -111,11 +111,12 @@ def resolve_assignment(graph: nx.DiGraph, assignment: Mapping[str, str] | None, 
 
 def _folded_from(graph: nx.DiGraph, key: str) -> str | None:
     """The weight node that ``key``, a weight name of the imported model, became when
-    :func:`autoplace.frontend.fold_weight_transforms` folded a layout change into it (``p_0_weight`` ->
-    ``p_0_weight_permute_dims``), if any."""
-    from ..frontend import WEIGHT_LAYOUT_OPS
+    :func:`autoplace.frontend.fold_weight_transforms` folded a layout change or arithmetic into it
+    (``p_0_weight`` -> ``p_0_weight_permute_dims``; a convolution's weight scaled by the BatchNorm after it ->
+    ``p_0_weight_multiply``), if any."""
+    from ..frontend import WEIGHT_ARITHMETIC_OPS, WEIGHT_LAYOUT_OPS
 
-    suffixes = tuple(f"_{op.removeprefix('relax.')}" for op in WEIGHT_LAYOUT_OPS)
+    suffixes = tuple(f"_{op.removeprefix('relax.')}" for op in WEIGHT_LAYOUT_OPS | WEIGHT_ARITHMETIC_OPS)
     for node, data in graph.nodes(data=True):
         if data.get("kind") == "weight" and node.startswith(f"{key}_") and node.endswith(suffixes):
             return node
