@@ -95,22 +95,56 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def simulate_calm_policies(table: pd.DataFrame, policies=((1.15, 1.10), (1.05, 1.05), (1.03, 1.03)),
+                           wanted: int = 5, patience: int = 45) -> pd.DataFrame:
+    """Replay :meth:`HostSpeed.calm_samples` over the recorded samples of each model, for each ``(calm, keep)``
+    policy: a call takes samples in order until ``wanted`` follow a canary within ``calm`` of the fastest (or
+    ``patience`` samples, about 3 s here), keeps those within ``keep`` of the calmest canary of the call, and
+    reports their median. Its error is against the model's 5th-percentile sample (the calm floor)."""
+    best = table.matmul_canary_us.min()
+    rows = []
+    for spec, group in table.groupby("model", sort=False):
+        canary, model_us = group.matmul_canary_us.to_numpy(), group.model_us.to_numpy()
+        floor = np.percentile(model_us, 5)
+        for calm_th, keep in policies:
+            errors, i = [], 0
+            while i < len(group) - patience:
+                pairs = []
+                while True:
+                    pairs.append((canary[i], model_us[i]))
+                    i += 1
+                    if sum(c <= best * calm_th for c, _ in pairs) >= wanted or len(pairs) >= max(wanted, patience):
+                        break
+                calmest = min(c for c, _ in pairs)
+                errors.append(np.median([v for c, v in pairs if c <= calmest * keep]) / floor - 1)
+            rows.append(dict(model=spec, calm=calm_th, keep=keep, calls=len(errors),
+                             samples_per_call=len(group) / max(1, len(errors)),
+                             median_error=float(np.median(errors)), p90_error=float(np.percentile(errors, 90))))
+    return pd.DataFrame(rows)
+
+
 def main(argv=None):
     from autoplace.profile.hardware import hardware_metadata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=["bert-base", "resnet-base"])
     parser.add_argument("--seconds", type=float, default=240)
+    parser.add_argument("--replay", action="store_true", help="analyse the samples of the last run again")
     args = parser.parse_args(argv)
     out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
     os.makedirs(out_dir, exist_ok=True)
-    table = collect(args.models, args.seconds)
     path = os.path.join(out_dir, "canary_correlation.csv")
-    table.to_csv(path, index=False)
+    if args.replay:
+        table = pd.read_csv(path)
+    else:
+        table = collect(args.models, args.seconds)
+        table.to_csv(path, index=False)
     print(f"stream canary: fastest {table.stream_canary_us.min():.0f} us, median "
           f"{table.stream_canary_us.median() / table.stream_canary_us.min():.2f}x; matmul canary fastest "
           f"{table.matmul_canary_us.min():.0f} us, median {table.matmul_canary_us.median() / table.matmul_canary_us.min():.2f}x")
     print(summarize(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print("calm-sample policies replayed on these samples (error of a call's median against the model's calm floor):")
+    print(simulate_calm_policies(table).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {path}")
 
 
