@@ -70,7 +70,9 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 3: max / average pools by :class:`Pool` (were register-tiled by :class:`Contraction`).
 #: 4: row reductions accumulated in vector lanes by :class:`RowReduction` (were one scalar add at a time).
 #: 5: convolution rows of 9-32 with no vector divisor in one odd-width vector (were a scalar predicated tail).
-SCHEDULE_VERSION = 5
+#: 6: transposes read through fused reshapes tiled (attention's key transpose); an epilogue that writes past a
+#:    contraction's output (a fused padding) computed at the root (per tile it left the border unwritten).
+SCHEDULE_VERSION = 6
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -393,9 +395,17 @@ def _parallel_outer(sch: s_tir.Schedule, loops: list, work: int, rule: str) -> N
         sch.parallel(fused)
 
 
+#: Recognise transposes read through the div/mod indices of fused reshapes (schedule version 6); False: only
+#: plain ``in[..., j, i]`` reads, as before (``experiments/transpose_chains.py`` compares the two).
+TRANSPOSE_THROUGH_RESHAPES = True
+#: Elements below which such a transpose stays a vectorised copy.
+TRANSPOSE_MIN_ELEMENTS = 1 << 13
+
+
 def _transpose_axes(sch: s_tir.Schedule, block):
-    """``(o, w, read index)`` when the block writes along loop ``o`` but reads some input along loop ``w``
-    (a transpose: ``out[..., i, j] = in[..., j, i]``), else None. Both must be plain iterators."""
+    """``(o, w, read index, plain)`` when the block writes along loop ``o`` but reads some input along loop ``w``
+    (a transpose: ``out[..., i, j] = in[..., j, i]``), else None; ``plain``: the read's last index is ``w``
+    itself (not found only after simplifying it)."""
     stmt = sch.get(block)
     if len(stmt.writes) != 1 or not _trivially_bound(sch, block):
         return None
@@ -405,19 +415,37 @@ def _transpose_axes(sch: s_tir.Schedule, block):
     out_last = stmt.writes[0].region[-1].min
     if not isinstance(out_last, tirx.Var):
         return None
+    # A chain of fused reshapes and transposes reads through div/mod index expressions
+    # (``in[(v2 // 128 + v1) // 64 ..., ...]``): simplified over the block's iterator ranges, they are the
+    # plain ``in[s, h * 64 + d]`` of a transpose.
+    analyzer = tvm.sym.Analyzer()
+    for iv in stmt.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
     for index, rd in enumerate(stmt.reads):
         if not len(rd.region):
             continue
-        last = rd.region[-1].min
-        if not isinstance(last, tirx.Var) or last.same_as(out_last):
+        region = [analyzer.simplify(rng.min) if TRANSPOSE_THROUGH_RESHAPES else rng.min for rng in rd.region]
+        last = region[-1]
+        if not TRANSPOSE_THROUGH_RESHAPES and not isinstance(last, tirx.Var):
             continue
-        if any(x.same_as(out_last) for rng in rd.region[:-1] for x in _vars_in(rng.min)):
+        if any(x.same_as(out_last) for x in _vars_in(last)):
+            continue
+        # The iterator the read runs along contiguously: the last index grows by one with it.
+        w_var = next((v for v in iters if any(x.same_as(v) for x in _vars_in(last))
+                      and _is_one((tvm.sym.detect_linear_equation(last, [v]) or [None])[0])), None)
+        if w_var is None:
+            continue
+        if any(x.same_as(out_last) for idx in region[:-1] for x in _vars_in(idx)):
             loops = sch.get_loops(block)
             o = next((lp for lp, v in zip(loops, iters) if v.same_as(out_last)), None)
-            w = next((lp for lp, v in zip(loops, iters) if v.same_as(last)), None)
+            w = next((lp for lp, v in zip(loops, iters) if v.same_as(w_var)), None)
             if o is not None and w is not None:
-                return o, w, index
+                return o, w, index, isinstance(rd.region[-1].min, tirx.Var)
     return None
+
+
+def _is_one(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
 
 
 def _schedule_transpose_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
@@ -428,7 +456,7 @@ def _schedule_transpose_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
     axes = _transpose_axes(sch, block)
     if axes is None:
         return False
-    o, w, read_index = axes
+    o, w, read_index, plain = axes
     e_o, e_w = _extent(sch, o), _extent(sch, w)
     vec = next((v for v in (8, 4, 2) if e_o % v == 0), 1)
     rows = next((r for r in (16, 8, 4, 2) if e_w % r == 0), 1)
@@ -438,6 +466,10 @@ def _schedule_transpose_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
     work = 1
     for loop in loops:
         work *= _extent(sch, loop) or 1
+    if not plain and (rows < 16 or work < TRANSPOSE_MIN_ELEMENTS):
+        # Measured (experiments/transpose_chains.py): tiling a transpose of rows under 16 elements (T5's
+        # (16384, 4) position-bias table: 4.4x slower) or of a small tensor (a 1024-element key: 1.4x) loses.
+        return False
     others = [lp for lp in loops if not any(sch.get(lp).same_as(sch.get(x)) for x in (o, w))]
     w_o, w_i = sch.split(w, factors=[None, rows])
     o_o, o_i = sch.split(o, factors=[None, vec])
