@@ -292,6 +292,22 @@ def test_transpose(shape, axes):
           reference=lambda x: np.transpose(x, axes))
 
 
+def test_transpose_through_fused_reshapes_is_tiled():
+    """Attention's key, (tokens, heads * dim) -> (heads, dim, tokens), reaches the kernel as reshapes and
+    transposes fused into one block with div/mod read indices: still a transpose, staged in tiles (a local
+    copy of the input) once the tensor is large enough; small ones stay a plain vectorised copy."""
+    def key_transpose(x):
+        t = R.permute_dims(R.reshape(x, (1, x.ty.shape[0], 4, 64)), [0, 2, 1, 3])
+        return R.reshape(R.permute_dims(t, [0, 1, 3, 2]), (4, 64, x.ty.shape[0]))
+
+    for tokens, tiled in ((128, True), (16, False)):
+        check(key_transpose, [(tokens, 256)], rules={"Injective"},
+              reference=lambda x: x.reshape(-1, 4, 64).transpose(1, 2, 0))
+        ((_, func),) = _prim_funcs(key_transpose, [(tokens, 256)])
+        scheduled, _ = schedule_prim_func(func, TARGET)
+        assert ('scope="local"' in scheduled.script()) == tiled
+
+
 def test_elementwise_broadcast_and_layout():
     check(lambda a, b: R.add(a, b), [(7, 1), (1, 9)], rules={"Injective"}, reference=lambda a, b: a + b)
     check(lambda a, b: R.concat([a, b], axis=1), [(3, 5, 7), (3, 2, 7)], rules={"Injective"})
