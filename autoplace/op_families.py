@@ -49,6 +49,8 @@ FAMILIES = {
     "log": "elementwise",
     "power": "elementwise",
     "add": "elementwise",
+    # sums of two or three whole activations past the caches (residual streams, CNN feature maps, branches)
+    "residual": "elementwise",
     # reductions and norms
     "mean": "reduction",
     "sum": "reduction",
@@ -66,6 +68,7 @@ FAMILIES = {
     "embedding": "movement",
     "cumsum": "movement",
     "where": "movement",
+    "pad": "movement",
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
@@ -198,6 +201,23 @@ def _add(rng, n: int) -> list[Model]:
             bias = _const(rng, shape[-1:])
             models.append(_model(f"ops-add-{_dims(shape)}", _f32(shape),
                                  lambda bb, x, b=bias: relax.op.add(x, b)))
+    return models
+
+
+def _residual(rng, n: int) -> list[Model]:
+    """Sums of whole activations, 256K to 4M elements: ``x + y``, and three fused (``x + y + z``)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_spread(rng, 1 << 18, MAX_ELEMENTWISE_ELEMS, n)):
+        shape = _rows_cols(rng, elems)
+        if i % 2:
+            models.append(_model(f"ops-residual-{_dims(shape)}-3", _f32(shape, shape, shape),
+                                 lambda bb, x, y, z: op.add(bb.emit(op.add(x, y)), z)))
+        else:
+            models.append(_model(f"ops-residual-{_dims(shape)}-2", _f32(shape, shape),
+                                 lambda bb, x, y: op.add(x, y)))
     return models
 
 
@@ -357,6 +377,19 @@ def _movement(rng, family: str, n: int) -> list[Model]:
             axis = 1 if i % 2 == 0 else 0
             models.append(_model(f"ops-cumsum-{rows}x{cols}-a{axis}", _f32((rows, cols)),
                                  lambda bb, x, axis=axis: op.cumsum(x, axis=axis)))
+        elif family == "pad":  # zero padding a convolution does not fuse (MobileNet's, "same" padding)
+            if i % 3 == 2:  # causal padding of a sequence before a conv1d (k - 1 on the left)
+                c = int(rng.choice(_CHANNELS))
+                shape, width = (1, c, max(4, round(elems / c))), [0, 0, 0, 0, 2, 0]
+                tag = "causal"
+            else:  # (1, 1) around NCHW maps ("same" for 3x3), or (0, 1) (TF "same" for stride 2)
+                c = int(rng.choice(_CHANNELS + (240, 384, 576)))
+                hw = max(1, round(math.sqrt(elems / c)))
+                shape = (1, c, hw, hw)
+                width = [0, 0, 0, 0, 1, 1, 1, 1] if i % 3 == 0 else [0, 0, 0, 0, 0, 1, 0, 1]
+                tag = "same" if i % 3 == 0 else "tf"
+            models.append(_model(f"ops-pad-{_dims(shape)}-{tag}", _f32(shape),
+                                 lambda bb, x, width=width: op.nn.pad(x, width)))
         elif family == "where":
             if i % 2:  # attention mask: scores where mask else -1e9 (mask broadcast over heads)
                 heads = int(rng.choice((2, 4, 8, 12)))
@@ -582,7 +615,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12}
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12, "pad": 6}
 DEFAULT_COUNT = 4
 
 
@@ -614,6 +647,8 @@ def op_family_models(seed: int = 0, families=None) -> list[Model]:
         count = COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
         if family == "add":
             models += _add(rng, count)
+        elif family == "residual":
+            models += _residual(rng, count)
         elif group == "elementwise":
             models += _elementwise(rng, family, count)
         elif family in ("mean", "sum", "max"):

@@ -107,7 +107,7 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
     expect = {"gelu_tanh": "relax.nn.gelu_tanh", "rms_norm": "relax.mean", "take": "relax.take",
               "embedding": "relax.take", "cumsum": "relax.cumsum", "conv1d": "relax.nn.conv1d",
               "attn_qk": "relax.matmul", "adaptive_avg_pool2d": "relax.nn.adaptive_avg_pool2d",
-              "group_norm": "relax.nn.group_norm", "strided_slice": "relax.strided_slice"}
+              "group_norm": "relax.nn.group_norm", "strided_slice": "relax.strided_slice", "pad": "relax.nn.pad"}
     for family, op in expect.items():
         assert all(op in o or family == "rms_norm" for n, o in ops.items() if family_of(n) == family), family
 
