@@ -59,7 +59,7 @@ from collections.abc import Mapping
 import numpy as np
 
 #: Bump when a feature changes meaning: saved models record it and refuse to load across versions.
-FEATURE_VERSION = 5
+FEATURE_VERSION = 6
 
 #: ``(name, line_bytes, sets, ways)`` of the cache levels the access-stream features map onto:
 #: a typical x86 server core (32 KiB 8-way L1D, 512 KiB 8-way L2, 64-byte lines; the AMD EPYC (Zen 3)
@@ -860,9 +860,15 @@ def _extra_work_per_element(op: str) -> float:
     return EXTRA_WORK_PER_ELEMENT.get(cls, 0.0)
 
 
+#: Op classes whose kernels stream their operands once, doing an operation or a few per element: their
+#: work is at least the 4-byte words they read and write (a roofline's memory side).
+STREAMING_CLASSES = frozenset({"elementwise", "cast", "layout"})
+
+
 def work(record: Mapping) -> float:
-    """Work of a unit, in simple operations (>= 1): its FLOP estimate (where it has none, the 4-byte words it
-    writes and reads, counting no more read than written: feature version 5) plus
+    """Work of a unit, in simple operations (>= 1): its FLOP estimate, at least the 4-byte words it reads
+    and writes for the streaming op classes (:data:`STREAMING_CLASSES`); where it has no FLOPs, the words
+    it writes and reads, counting no more read than written (feature versions 5 and 6); plus
     :data:`EXTRA_WORK_PER_ELEMENT` per output element for each transcendental or softmax op it fuses
     (:func:`_extra_work_per_element`: a libm call counts :data:`LIBM_WORK_PER_CALL`, ``power`` nothing).
 
@@ -880,15 +886,17 @@ def work(record: Mapping) -> float:
     if "adaptive" in short_name(_get(record, "anchor_op", "")) and math.isfinite(flops):
         anchor_in = _shapes(_get(record, "anchor_input_shapes"))
         flops = max(flops, float(_prod(anchor_in[0])) if anchor_in else 0.0)
+    try:
+        bytes_in, bytes_out = float(_get(record, "bytes_in", 0)), float(_get(record, "bytes_out", 0))
+    except (TypeError, ValueError):
+        bytes_in = bytes_out = math.nan
     if not math.isfinite(flops) or flops <= 0:
-        # No arithmetic: the bytes it moves. It reads at most as much as it writes, plus what it
-        # broadcasts: a gather or a slice reads its output's rows, not the whole table (an embedding
-        # lookup of 16 rows of a 1000-row table was priced 8x its 0.045 us).
-        try:
-            bytes_in, bytes_out = float(_get(record, "bytes_in", 0)), float(_get(record, "bytes_out", 0))
-            flops = (min(bytes_in, bytes_out) + bytes_out) / 4.0
-        except (TypeError, ValueError):
-            flops = 1.0
+        # No arithmetic: the 4-byte words it moves, counting no more read than written: a gather or a
+        # slice reads its output's rows, not the whole table (an embedding lookup of 16 rows of a
+        # 1000-row table was priced 8x its 0.045 us).
+        flops = (min(bytes_in, bytes_out) + bytes_out) / 4.0 if math.isfinite(bytes_in + bytes_out) else 1.0
+    elif op_class(_get(record, "anchor_op", "")) in STREAMING_CLASSES and math.isfinite(bytes_in + bytes_out):
+        flops = max(flops, (bytes_in + bytes_out) / 4.0)
     n_out = int(_get(record, "num_outputs", 1) or 1) if shapes else 0
     out_elems = sum(_prod(s) for s in shapes[len(shapes) - n_out :])
     extra = sum(_extra_work_per_element(op) for op in unit_ops(record))
