@@ -259,8 +259,16 @@ def test_power_of_two_strides_overflow_the_cache_sets():
 def test_work_counts_transcendental_ops_higher():
     add = _unit("a", "m", ["relax.add"], [[100], [100], [100]], 1.0)
     gelu = _unit("g", "m", ["relax.nn.gelu"], [[100], [100]], 1.0)
-    assert work(add) == pytest.approx(100.0)
-    assert work(gelu) > 10 * work(add)
+    assert work(add) == pytest.approx(300.0)  # streaming: 1 add per element, but 3 words moved
+    assert work(gelu) > 5 * work(add)  # 20 operations per element besides its words
+
+
+def test_work_of_data_movement_counts_what_it_writes_not_the_table():
+    lookup = _unit("t", "m", ["relax.take"], [[1000, 64], [16], [16, 64]], 0.05, flops=0)
+    small_table = _unit("t2", "m", ["relax.take"], [[20, 64], [16], [16, 64]], 0.05, flops=0)
+    assert work(lookup) == pytest.approx(work(small_table), rel=0.02)  # the rows read, not the table
+    matmul = _unit("mm", "m", ["relax.matmul"], [[64, 64], [64, 64], [64, 64]], 1.0, flops=2 * 64**3)
+    assert work(matmul) == pytest.approx(2 * 64**3)  # compute-bound: the FLOPs, not the bytes
 
 
 # -- fit / predict / save / load -----------------------------------------------------------------------
