@@ -156,6 +156,28 @@ def seed_spread(records: pd.DataFrame, seeds: int, target: str | None = None) ->
     return table.reset_index()
 
 
+def retest_spearman(records: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """How alike two timings of the same kernels rank them: per held-out model and target, the Spearman
+    correlation of its distinct kernels' first and second round medians (``round_medians_us`` of the
+    records the cost model trains on; NaN with fewer than 4 such kernels). The ceiling of the kernel
+    Spearman any cost model can reach against one profile."""
+    from scipy.stats import spearmanr
+
+    from autoplace.cost_model.cost_model import training_units
+
+    latest = training_units(records)
+    if "round_medians_us" not in latest:
+        return pd.DataFrame(columns=["target", "model", "retest_spearman"])
+    rounds = {(t, k): r for t, k, r in zip(latest["target"], latest["key"], latest["round_medians_us"])
+              if isinstance(r, list) and len(r) >= 2}
+    rows = []
+    for (target, model), group in units.groupby(["target", "model"]):
+        pairs = [rounds[(target, k)][:2] for k in dict.fromkeys(group["key"]) if (target, k) in rounds]
+        rho = spearmanr(*zip(*pairs))[0] if len(pairs) >= 4 else np.nan
+        rows.append(dict(target=target, model=model, retest_spearman=float(rho)))
+    return pd.DataFrame(rows)
+
+
 def check(models: pd.DataFrame, seeds: pd.DataFrame | None = None) -> dict:
     """Acceptance: Spearman >= 0.9 for every held-out model with >= 3 distinct kernels, and the
     predicted end-to-end latency of every held-out model within 20% (pure, lookup-first, oracle;
@@ -208,7 +230,8 @@ def markdown(
         "without it."),
         "",
         ("Errors are predicted / measured - 1. MAPE, MdAPE and Spearman are over the held-out model's "
-        "distinct kernels (pure model). `e2e_*_err` compare the predicted end-to-end latency (VM invocation "
+        "distinct kernels (pure model); `retest_spearman` ranks the same kernels by their first and "
+        "second profiling rounds (how far measurement noise alone limits Spearman). `e2e_*_err` compare the predicted end-to-end latency (VM invocation "
         "+ launches + kernels, see `autoplace.cost_model.evaluate.end_to_end_us`) with the profile's "
         "`kind=\"model\"` record; `e2e_pure_vs_oracle_err` with the same sum over measured kernels; "
         "`e2e_fresh_err` (with `--remeasure`) with a fresh end-to-end timing on the machine running the "
@@ -221,6 +244,7 @@ def markdown(
         "mape",
         "mdape",
         "spearman",
+        "retest_spearman",
         "lookup_measured",
         "e2e_measured_us",
         "e2e_pure_err",
@@ -598,6 +622,7 @@ def main(argv=None) -> int:
         models = models.merge(fresh[["target", "model", "e2e_fresh_us"]], on=["target", "model"], how="left")
         models["e2e_fresh_err"] = models["e2e_pure_us"] / models["e2e_fresh_us"] - 1
         models["e2e_oracle_vs_fresh_err"] = models["e2e_oracle_us"] / models["e2e_fresh_us"] - 1
+    models = models.merge(retest_spearman(records, units), on=["target", "model"], how="left")
     seeds = seed_spread(records, args.seeds, args.target) if args.seeds > 1 else pd.DataFrame()
     summary = summarize(res)
     classes = by_op_class(res)
@@ -616,6 +641,7 @@ def main(argv=None) -> int:
         "mape",
         "mdape",
         "spearman",
+        "retest_spearman",
         "lookup_measured",
         "lookup_mdape",
         "e2e_measured_us",
@@ -649,6 +675,7 @@ def main(argv=None) -> int:
 
     os.makedirs(args.out, exist_ok=True)
     all_models = pd.concat([r["models"].assign(variant=n) for n, r in results.items()], ignore_index=True)
+    all_models = all_models.merge(models[["target", "model", "retest_spearman"]], on=["target", "model"], how="left")
     if args.remeasure:
         all_models = all_models.merge(
             models[["target", "model", "e2e_fresh_us"]], on=["target", "model"], how="left"
