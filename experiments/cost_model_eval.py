@@ -361,7 +361,7 @@ def subplan_coverage(units: pd.DataFrame, draws: int = 200, seed: int = 0) -> pd
 
 
 def band_eval(records: pd.DataFrame, *, target=None, random_state: int = 0, never_held_out=NEVER_HELD_OUT,
-              draws: int = 200) -> dict:
+              draws: int = 200, variants=None) -> dict:
     """Leave one architecture (model family) out with nested band calibration, for every band variant.
 
     Returns
@@ -373,7 +373,14 @@ def band_eval(records: pd.DataFrame, *, target=None, random_state: int = 0, neve
         ``"subplans"`` (every random part).
     """
     results = {}
-    for name, options in BAND_VARIANTS.items():
+    chosen = list(BAND_VARIANTS) if not variants else [v for v in BAND_VARIANTS if v in variants]
+    unknown = set(variants or ()) - set(BAND_VARIANTS)
+    if unknown or not chosen:
+        raise SystemExit(f"--band-variants: {sorted(unknown) or 'none'} unknown; choose from {list(BAND_VARIANTS)}")
+    if chosen[0] != next(iter(BAND_VARIANTS)):
+        chosen.insert(0, next(iter(BAND_VARIANTS)))  # the default variant is always evaluated
+    for name in chosen:
+        options = BAND_VARIANTS[name]
         results[name] = leave_one_family_out(
             records, "xgb", target=target, bands=True, band_options=options, never_held_out=never_held_out,
             random_state=random_state,
@@ -528,7 +535,7 @@ def run_bands(records: pd.DataFrame, args, store) -> dict:
     started = time.perf_counter()
     never = tuple(args.never_held_out)
     bands = band_eval(records, target=args.target, random_state=args.random_state, never_held_out=never,
-                      draws=args.subplans)
+                      draws=args.subplans, variants=args.band_variants)
     checks = band_check(bands)
     models = bands["models"]
     cols = [c for c in ("target", "model", "distinct", "spearman", "e2e_pure_err", "e2e_oracle_err", "band_kernels",
@@ -585,6 +592,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bands-only", action="store_true",
                         help="only the error-band evaluation (leave one architecture out, nested calibration)")
     parser.add_argument("--no-bands", action="store_true", help="skip the error-band evaluation")
+    parser.add_argument("--band-variants", nargs="*", metavar="VARIANT",
+                        help=f"band variants to compare (default: all of {list(BAND_VARIANTS)}; the first is the "
+                             "default and always runs; each is a nested leave-one-out, about 27 min on the Zen 3)")
     parser.add_argument("--subplans", type=int, default=200,
                         help="random parts per held-out model when checking how bands combine")
     parser.add_argument("--never-held-out", nargs="*", default=list(NEVER_HELD_OUT),
