@@ -75,6 +75,9 @@ FAMILIES = {
     # a CNN's stages as torchvision's ResNets, VGG, Inception run them: 3x3 and 1x1 convolutions and max pools
     # on 112/56/28/14/7 feature maps with 32-256 channels
     "cnn_stage": "conv",
+    # 1x1 convolutions on 1x1-4x4 maps: squeeze-excitation blocks and the last stages and classifier heads
+    # of MobileNet/EfficientNet-style CNNs (a matrix-vector product in a convolution's layout)
+    "conv_head": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -539,6 +542,33 @@ def _cnn_stage(rng, n: int) -> list[Model]:
     return models
 
 
+#: Channel widths of the late stages and heads of MobileNet/EfficientNet-style CNNs.
+HEAD_CHANNELS = (24, 40, 64, 80, 96, 144, 160, 240, 320, 480, 576, 960, 1280)
+
+
+def _conv_head(rng, n: int) -> list[Model]:
+    """1x1 convolutions + bias + ReLU6 on 1x1, 2x2 and 4x4 maps, widening and narrowing in turn (a
+    squeeze-excitation block narrows then widens; a classifier head widens to 1280): a row of 1-16 pixels,
+    too short for a vector, and a weight read once per call. Only MobileNetV2 had such kernels (its 80 -> 1280
+    head: 18 us on the Xeon, held out priced at 5.5)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, cin in enumerate(rng.permutation(HEAD_CHANNELS[1:-1])[:n]):
+        h, cin = (1, 2, 1, 4)[i % 4], int(cin)
+        wider = [c for c in HEAD_CHANNELS if c > cin]
+        narrower = [c for c in HEAD_CHANNELS if c < cin]
+        cout = int(rng.choice(wider if i % 2 == 0 else narrower))
+        weight, bias = _const(rng, (cout, cin, 1, 1)), _const(rng, (1, cout, 1, 1))
+
+        def body(bb, x, w=weight, b=bias):
+            return op.clip(op.add(bb.emit(op.nn.conv2d(x, w)), b), 0.0, 6.0)
+
+        models.append(_model(f"ops-conv_head-1x1-{cin}x{h}x{h}-{cout}-relu6", _f32((1, cin, h, h)), body))
+    return models
+
+
 # -- attention's batched matmuls -------------------------------------------------------------------------
 def _attention(rng, family: str, n: int) -> list[Model]:
     from tvm import relax
@@ -615,7 +645,8 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12, "pad": 6}
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12, "pad": 6,
+          "conv_head": 8}
 DEFAULT_COUNT = 4
 
 
@@ -663,6 +694,8 @@ def op_family_models(seed: int = 0, families=None) -> list[Model]:
             models += _conv1d(rng)
         elif family == "cnn_stage":
             models += _cnn_stage(rng, count)
+        elif family == "conv_head":
+            models += _conv_head(rng, count)
         elif group == "conv":
             models += _conv2d(rng, family, count)
         elif group == "pool":

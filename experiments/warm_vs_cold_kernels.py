@@ -6,8 +6,10 @@ process and in interleaved rounds: the all-CPU build end to end (median), the su
 each kernel timed warm (as the profiler does), with only the model's weights flushed from every cache level
 before each run (TVM's ``clflush`` of exactly the arguments that are ``main``'s weight parameters,
 ``Unit.weight_args``), and with every argument but the first flushed
-(``f_preproc="cache_flush_cpu_non_first_arg"``: weights, and also outputs and second activations). No sum
-includes the VM's call overheads (a few us per model).
+(``f_preproc="cache_flush_cpu_non_first_arg"``: weights, and also outputs and second activations), and with
+every core's L2 evicted before each run (``l2_evicted``: a parallel kernel streams through twice the machine's
+L2 first, so a kernel finds its weights and inputs in L3, not in DRAM as after a flush). No sum includes the
+VM's call overheads (a few us per model).
 
     python experiments/warm_vs_cold_kernels.py [--models mlp-base bert-base ...] [--rounds 3]
 
@@ -25,7 +27,43 @@ import pandas as pd
 DEFAULT_MODELS = ("mlp-base", "bert-base", "t5-encoder-base", "cnn-base", "inception-base", "bert", "cnn")
 FLUSH = "cache_flush_cpu_non_first_arg"
 FLUSH_WEIGHTS = "autoplace.experiments.flush_weights"
-MODES = ("warm", "weights_flushed", "flushed")
+EVICT_L2 = "autoplace.experiments.evict_l2"
+MODES = ("warm", "weights_flushed", "flushed", "l2_evicted")
+
+
+def l2_bytes() -> int:
+    """This machine's L2, all cores together (Linux sysfs; 512 KiB per core when it cannot be read)."""
+    cores = os.cpu_count() or 1
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip().upper()
+        per_core = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+    except (OSError, ValueError):
+        per_core = 512 << 10
+    return per_core * cores
+
+
+def _register_l2_eviction() -> str:
+    """Register the preprocessing function that evicts every core's L2: ``x + x`` over twice the machine's L2,
+    built by autoplace's CPU pipeline (a parallel kernel: each thread streams through its own half)."""
+    import tvm
+    from tvm import relax
+
+    from autoplace.backend.cpu_schedules import cpu_target
+    from autoplace.backend.pipeline import single_device_build
+
+    n = 2 * l2_bytes() // 4
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorStructInfo((n,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(y)
+    vm = relax.VirtualMachine(single_device_build(bb.get(), cpu_target("llvm")), tvm.cpu())
+    buffer = tvm.runtime.tensor(np.ones(n, "float32"))
+    evict = vm["main"]
+    tvm.register_global_func(EVICT_L2, lambda *args: evict(buffer), override=True)
+    return EVICT_L2
 
 
 def compiled_kernels(model, graph):
@@ -69,7 +107,10 @@ def kernel_sum_us(units, kernels, mode: str) -> float:
         if mode == "warm" or (mode == "weights_flushed" and not weight_args[key]):
             preproc, min_ms = "", 10
         else:
-            preproc = FLUSH if mode == "flushed" else _register_weight_flush(weight_args[key])
+            if mode == "l2_evicted":
+                preproc = EVICT_L2 if tvm.get_global_func(EVICT_L2, allow_missing=True) else _register_l2_eviction()
+            else:
+                preproc = FLUSH if mode == "flushed" else _register_weight_flush(weight_args[key])
             min_ms = 0  # one run per sample: only the first run after a flush is cold
         timer = lib.time_evaluator("main", tvm.cpu(), number=1, repeat=5, min_repeat_ms=min_ms, f_preproc=preproc)
         per[key] = float(np.median(timer(*args).results)) * 1e6

@@ -260,15 +260,18 @@ def test_row_reductions_accumulate_in_vector_lanes():
 
 
 def test_vector_width_says_which_kernels_run_scalar():
-    # an injective row of 64 in 8-lane vectors; a padded row of 33 (no divisor from 4 to 8): a predicated tail
-    # loop TVM leaves scalar; a row of 18 in one 18-lane vector (LLVM splits it into registers)
+    # an injective row of 64 in full vectors (8 lanes with AVX2, 16 with AVX-512); a padded row of 33 (no
+    # divisor from 4 to 8): with AVX2 longer than four registers, a predicated tail loop TVM leaves scalar, with
+    # AVX-512 one 33-lane vector; a row of 18 in one 18-lane vector (LLVM splits it into registers)
     widths = {}
     for shape, pad in (((4, 64), 0), ((1, 3, 32, 32), 1), ((1, 8, 16, 16), 2)):
         make = (lambda x: R.sigmoid(x)) if not pad else (lambda x, p=pad: R.nn.pad(x, [0, 0, 0, 0, 0, p, 0, p]))
         (_, func), = _prim_funcs(make, [shape])
         scheduled, rule = schedule_prim_func(func, TARGET)
         widths[shape[-1] + pad] = (rule, cs.vector_width(scheduled))
-    assert widths == {64: ("Injective", 8), 33: ("Injective", 0), 18: ("Injective", 18)}
+    lanes = cs.vector_bits(TARGET) // 32
+    assert widths == {64: ("Injective", lanes), 33: ("Injective", 33 if 33 <= 4 * lanes else 0),
+                      18: ("Injective", 18)}
     # a convolution's rows of 17 (its columns cannot be padded) in one odd-width vector, not a scalar tail
     (_, func), = _prim_funcs(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 17, 17), (8, 8, 3, 3)])
     scheduled, rule = schedule_prim_func(func, TARGET)
@@ -377,7 +380,8 @@ def _parallel(make, shapes):
 
 
 @pytest.mark.parametrize("make,small,large,rule", [
-    (R.matmul, [(16, 32), (32, 64)], [(64, 64), (64, 64)], "Contraction"),  # 2^15 vs 2^18 multiply-adds
+    # 2^15 vs 2^19 multiply-adds (a 64x64 output is a single register tile with AVX-512: nothing to split)
+    (R.matmul, [(16, 32), (32, 64)], [(64, 64), (64, 128)], "Contraction"),
     (R.sigmoid, [(8, 512)], [(64, 512)], "Injective"),  # 2^12 vs 2^15 elements
     (lambda x: R.nn.softmax(x, axis=-1), [(8, 256)], [(64, 256)], "RowReduction"),  # 2^11 vs 2^14 iterations
 ])
@@ -385,9 +389,10 @@ def test_only_kernels_with_enough_work_for_two_threads_run_in_parallel(make, sma
     # A parallel region costs more than a small kernel's work (experiments/parallel_threshold.py).
     assert _parallel(make, small) == [(rule, False)]
     assert _parallel(make, large) == [(rule, True)]
-    # A matmul's work counts its reduction: 64 outputs of a 4096-long dot product are worth two threads.
+    # A matmul's work counts its reduction: 128 outputs of a 4096-long dot product are worth two threads (two
+    # register tiles even with AVX-512's 16 lanes; 64 outputs are one tile there, which is not split).
     if rule == "Contraction":
-        assert _parallel(R.matmul, [(1, 4096), (4096, 64)]) == [(rule, True)]
+        assert _parallel(R.matmul, [(1, 4096), (4096, 128)]) == [(rule, True)]
     check(make, large, rules={rule})
 
 

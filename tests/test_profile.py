@@ -303,10 +303,15 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     assert all(newest[("unit", k, "llvm")]["cpu_schedule"] == SCHEDULE_VERSION for k in keys)
     assert all(newest[("unit", k, "llvm")]["median_us"] == 2.0 for k in keys)
     # ... with whether each runs in parallel (mlp's largest, 8x128x128, is 131K multiply-adds: one thread),
-    # the rule that scheduled it and its vector lanes (the 10-wide classifier: 5 lanes, the others 8)
+    # the rule that scheduled it and its vector lanes (the 10-wide classifier: 5 lanes with AVX2, the others
+    # 8; with AVX-512 10 and 16)
+    from autoplace.backend.cpu_schedules import cpu_target, vector_bits
+
+    lanes = vector_bits(cpu_target("llvm")) // 32
     assert {newest[("unit", k, "llvm")]["parallel"] for k in keys} == {False}
     assert {newest[("unit", k, "llvm")]["cpu_rule"] for k in keys} == {"Contraction"}
-    assert sorted(newest[("unit", k, "llvm")]["vector_width"] for k in keys) == [5, 8, 8]
+    assert sorted(newest[("unit", k, "llvm")]["vector_width"] for k in keys) == (
+        [10, 16, 16] if lanes == 16 else [5, lanes, lanes])
     assert sorted(training_units(store.records())["key"]) == keys
     # A kernel measured now carries the version.
     fresh = ProfileStore(str(tmp_path / "q"))
@@ -355,6 +360,32 @@ def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():
     assert timing["samples"] == 3 and timing["calm_samples"] == 2 and timing["median_us"] == 1500.0
     assert timing["host_slowdown"] == pytest.approx(1.5)
     assert "host_slowdown" not in time_end_to_end(Runner(slow), [], "cuda", repeat=3)  # no canary: plain median
+
+
+def test_a_slow_phase_is_not_waited_out_on_every_call():
+    """Once a call gave up waiting for calm samples, the next ones wait ``slow_phase_patience_s`` instead of
+    ``patience_s`` (a slow phase lasts minutes), and the first call that finds calm samples restores it."""
+    import time
+
+    from autoplace.profile.host_speed import HostSpeed
+
+    host = dict(canary_us=150.0)
+    speed = HostSpeed(100.0, slow_phase_patience_s=0.0)
+    speed._time_us = lambda: host["canary_us"]
+
+    def sample():
+        time.sleep(0.005)
+        return 1.0
+
+    first = speed.calm_samples(sample, 3, patience_s=0.1)
+    assert len(first["all_us"]) > 10 and speed.in_slow_phase  # waited out its patience
+    second = speed.calm_samples(sample, 3, patience_s=0.1)
+    assert len(second["all_us"]) == 3 and speed.in_slow_phase  # gave up at once
+    host["canary_us"] = 100.0
+    calm = speed.calm_samples(sample, 3, patience_s=0.1)
+    assert len(calm["all_us"]) == 3 and not speed.in_slow_phase
+    host["canary_us"] = 150.0
+    assert len(speed.calm_samples(sample, 3, patience_s=0.1)["all_us"]) > 10  # full patience again
 
 
 def test_kernels_timed_on_another_thread_count_are_measured_again():

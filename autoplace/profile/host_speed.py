@@ -26,6 +26,11 @@ SLOW = 1.15
 #: Spearman 0.7 between canary and model samples); replayed on those samples, 1.05 instead of 1.15 / 1.10
 #: halves the median excess of a timing over the calm floor (bert-base 7.7% -> 4.2%) for ~40% more samples.
 CALM = 1.05
+#: Seconds :meth:`HostSpeed.calm_samples` waits for calm samples once a call has found none: slow phases last
+#: minutes (on the Zen 3 and on the Intel Xeon), so a few more seconds per call do not outlast one, while the
+#: job's rounds, minutes apart, do. Waiting the full ``patience_s`` on every call of a slow phase had made the
+#: Xeon's stride grid (149 single-kernel models, 3 rounds) take 19 minutes (the Zen 3's: 3.5).
+SLOW_PHASE_PATIENCE_S = 0.3
 
 
 def _canary_runner():
@@ -64,9 +69,12 @@ class HostSpeed:
         seconds (one of the two vCPUs taken by the host), so an older reading says little.
     """
 
-    def __init__(self, best_us: float | None = None, interval_s: float = 0.0):
+    def __init__(self, best_us: float | None = None, interval_s: float = 0.0,
+                 slow_phase_patience_s: float = SLOW_PHASE_PATIENCE_S):
         self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
         self.interval_s = interval_s
+        self.slow_phase_patience_s = slow_phase_patience_s
+        self.in_slow_phase = False  # the latest calm_samples call gave up without enough calm samples
         self._time_us = None
         self._last = -np.inf
         self.current = 1.0
@@ -97,7 +105,8 @@ class HostSpeed:
         Times until ``wanted`` samples followed a canary within :data:`CALM` of the fastest, or, after
         ``patience_s`` seconds, as soon as ``wanted`` samples are in. The samples kept are those whose canary
         read within :data:`CALM` of the calmest canary of the call (all ``wanted`` of them when the host stayed
-        calm).
+        calm). After a call that gave up, the next ones wait only ``slow_phase_patience_s`` (a slow phase lasts
+        minutes: :data:`SLOW_PHASE_PATIENCE_S`), until one finds its calm samples again.
 
         Returns
         -------
@@ -105,6 +114,8 @@ class HostSpeed:
             ``kept_us`` (the samples kept), ``all_us`` (every sample), ``host_slowdown`` (the median slowdown
             of the samples kept) and ``canary_us`` (their median canary).
         """
+        if self.in_slow_phase:
+            patience_s = min(patience_s, self.slow_phase_patience_s)
         pairs, start = [], time.monotonic()
         while True:
             self.slowdown()
@@ -112,6 +123,7 @@ class HostSpeed:
             calm = sum(c <= self.best_us * CALM for c, _ in pairs)
             if calm >= wanted or (len(pairs) >= wanted and time.monotonic() - start >= patience_s):
                 break
+        self.in_slow_phase = calm < wanted
         calmest = min(c for c, _ in pairs)
         kept = [(c, v) for c, v in pairs if c <= calmest * CALM]
         canary = float(np.median([c for c, _ in kept]))
