@@ -8,8 +8,10 @@ before each run (TVM's ``clflush`` of exactly the arguments that are ``main``'s 
 ``Unit.weight_args``), and with every argument but the first flushed
 (``f_preproc="cache_flush_cpu_non_first_arg"``: weights, and also outputs and second activations), and with
 every core's L2 evicted before each run (``l2_evicted``: a parallel kernel streams through twice the machine's
-L2 first, so a kernel finds its weights and inputs in L3, not in DRAM as after a flush). No sum includes the
-VM's call overheads (a few us per model).
+L2 first, so a kernel finds its weights and inputs in L3, not in DRAM as after a flush), and the same with
+the kernel's activation inputs (every input but the weights, from 4 KB) read back in after the eviction
+(``l2_evicted_inputs_read``: weights in L3, inputs in L2, as a model runs a kernel right after the one that
+wrote its input). No sum includes the VM's call overheads (a few us per model).
 
     python experiments/warm_vs_cold_kernels.py [--models mlp-base bert-base ...] [--rounds 3]
 
@@ -28,7 +30,7 @@ DEFAULT_MODELS = ("mlp-base", "bert-base", "t5-encoder-base", "cnn-base", "incep
 FLUSH = "cache_flush_cpu_non_first_arg"
 FLUSH_WEIGHTS = "autoplace.experiments.flush_weights"
 EVICT_L2 = "autoplace.experiments.evict_l2"
-MODES = ("warm", "weights_flushed", "flushed", "l2_evicted")
+MODES = ("warm", "weights_flushed", "flushed", "l2_evicted", "l2_evicted_inputs_read")
 
 
 def l2_bytes() -> int:
@@ -43,25 +45,39 @@ def l2_bytes() -> int:
     return per_core * cores
 
 
-def _register_l2_eviction() -> str:
-    """Register the preprocessing function that evicts every core's L2: ``x + x`` over twice the machine's L2,
-    built by autoplace's CPU pipeline (a parallel kernel: each thread streams through its own half)."""
+_STREAMERS: dict = {}
+
+
+def _streamer(n: int):
+    """``x + x`` over ``n`` float32, built by autoplace's CPU pipeline (a parallel kernel from 32K elements:
+    each thread streams through its own share, so each core's cache sees its part)."""
+    if n not in _STREAMERS:
+        import tvm
+        from tvm import relax
+
+        from autoplace.backend.cpu_schedules import cpu_target
+        from autoplace.backend.pipeline import single_device_build
+        from autoplace.op_families import _f32, _model
+
+        model = _model("stream", _f32((n,)), lambda bb, x: relax.op.add(x, x))
+        _STREAMERS[n] = relax.VirtualMachine(single_device_build(model.mod, cpu_target("llvm")), tvm.cpu())["main"]
+    return _STREAMERS[n]
+
+
+def _register_l2_eviction(reread=()) -> str:
+    """Register the preprocessing function that evicts every core's L2 (streaming through twice the machine's
+    L2), then reads the arguments ``reread`` back in (as the kernel before would have left them)."""
     import tvm
-    from tvm import relax
-
-    from autoplace.backend.cpu_schedules import cpu_target
-    from autoplace.backend.pipeline import single_device_build
-
-    from autoplace.op_families import _f32, _model
 
     n = 2 * l2_bytes() // 4
-    model = _model("evict-l2", _f32((n,)), lambda bb, x: relax.op.add(x, x))
-    vm = relax.VirtualMachine(single_device_build(model.mod, cpu_target("llvm")), tvm.cpu())
-    buffer = tvm.runtime.tensor(np.ones(n, "float32"))
-    evict = vm["main"]
+    evict, buffer = _streamer(n), tvm.runtime.tensor(np.ones(n, "float32"))
 
     def preproc(*args):  # returns nothing: the timer takes no object back
         evict(buffer)
+        for i in reread:
+            nbytes = int(np.prod(args[i].shape)) * np.dtype(str(args[i].dtype)).itemsize
+            if nbytes >= 4 << 10 and nbytes % 4 == 0:
+                _streamer(nbytes // 4)(args[i]._create_view((nbytes // 4,), "float32"))
 
     tvm.register_global_func(EVICT_L2, preproc, override=True)
     return EVICT_L2
@@ -103,13 +119,17 @@ def kernel_sum_us(units, kernels, mode: str) -> float:
     import tvm
 
     weight_args = {u.key: u.weight_args for u in units}
+    outputs = {u.key: u.num_outputs for u in units}
     per = {}
     for key, (lib, args) in kernels.items():
         if mode == "warm" or (mode == "weights_flushed" and not weight_args[key]):
             preproc, min_ms = "", 10
         else:
             if mode == "l2_evicted":
-                preproc = EVICT_L2 if tvm.get_global_func(EVICT_L2, allow_missing=True) else _register_l2_eviction()
+                preproc = _register_l2_eviction()
+            elif mode == "l2_evicted_inputs_read":  # weights in L3, the activations it reads in L2
+                inputs = len(args) - outputs[key]
+                preproc = _register_l2_eviction([i for i in range(inputs) if i not in weight_args[key]])
             else:
                 preproc = FLUSH if mode == "flushed" else _register_weight_flush(weight_args[key])
             min_ms = 0  # one run per sample: only the first run after a flush is cold
