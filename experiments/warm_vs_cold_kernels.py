@@ -11,7 +11,8 @@ every core's L2 evicted before each run (``l2_evicted``: a parallel kernel strea
 L2 first, so a kernel finds its weights and inputs in L3, not in DRAM as after a flush), and the same with
 the kernel's activation inputs (every input but the weights, from 4 KB) read back in after the eviction
 (``l2_evicted_inputs_read``: weights in L3, inputs in L2, as a model runs a kernel right after the one that
-wrote its input). No sum includes the VM's call overheads (a few us per model).
+wrote its input; what the profiler records as ``in_model_median_us``, :mod:`autoplace.profile.cache_state`).
+No sum includes the VM's call overheads (a few us per model).
 
     python experiments/warm_vs_cold_kernels.py [--models mlp-base bert-base ...] [--rounds 3]
 
@@ -26,64 +27,12 @@ import os
 import numpy as np
 import pandas as pd
 
+from autoplace.profile.cache_state import activation_inputs, register_in_model_preproc
+
 DEFAULT_MODELS = ("mlp-base", "bert-base", "t5-encoder-base", "cnn-base", "inception-base", "bert", "cnn")
 FLUSH = "cache_flush_cpu_non_first_arg"
 FLUSH_WEIGHTS = "autoplace.experiments.flush_weights"
-EVICT_L2 = "autoplace.experiments.evict_l2"
 MODES = ("warm", "weights_flushed", "flushed", "l2_evicted", "l2_evicted_inputs_read")
-
-
-def l2_bytes() -> int:
-    """This machine's L2, all cores together (Linux sysfs; 512 KiB per core when it cannot be read)."""
-    cores = os.cpu_count() or 1
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
-            text = f.read().strip().upper()
-        per_core = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-    except (OSError, ValueError):
-        per_core = 512 << 10
-    return per_core * cores
-
-
-_STREAMERS: dict = {}
-_EVICTION_BUFFERS: dict = {}
-
-
-def _streamer(n: int):
-    """``x + x`` over ``n`` float32, built by autoplace's CPU pipeline (a parallel kernel from 32K elements:
-    each thread streams through its own share, so each core's cache sees its part)."""
-    if n not in _STREAMERS:
-        import tvm
-        from tvm import relax
-
-        from autoplace.backend.cpu_schedules import cpu_target
-        from autoplace.backend.pipeline import single_device_build
-        from autoplace.op_families import _f32, _model
-
-        model = _model("stream", _f32((n,)), lambda bb, x: relax.op.add(x, x))
-        _STREAMERS[n] = relax.VirtualMachine(single_device_build(model.mod, cpu_target("llvm")), tvm.cpu())["main"]
-    return _STREAMERS[n]
-
-
-def _register_l2_eviction(reread=()) -> str:
-    """Register the preprocessing function that evicts every core's L2 (streaming through twice the machine's
-    L2), then reads the arguments ``reread`` back in (as the kernel before would have left them)."""
-    import tvm
-
-    n = 2 * l2_bytes() // 4
-    if n not in _EVICTION_BUFFERS:  # one buffer for every kernel timed
-        _EVICTION_BUFFERS[n] = tvm.runtime.tensor(np.ones(n, "float32"))
-    evict, buffer = _streamer(n), _EVICTION_BUFFERS[n]
-
-    def preproc(*args):  # returns nothing: the timer takes no object back
-        evict(buffer)
-        for i in reread:
-            nbytes = int(np.prod(args[i].shape)) * np.dtype(str(args[i].dtype)).itemsize
-            if nbytes >= 4 << 10 and nbytes % 4 == 0:
-                _streamer(nbytes // 4)(args[i]._create_view((nbytes // 4,), "float32"))
-
-    tvm.register_global_func(EVICT_L2, preproc, override=True)
-    return EVICT_L2
 
 
 def compiled_kernels(model, graph):
@@ -129,10 +78,9 @@ def kernel_sum_us(units, kernels, mode: str) -> float:
             preproc, min_ms = "", 10
         else:
             if mode == "l2_evicted":
-                preproc = _register_l2_eviction()
-            elif mode == "l2_evicted_inputs_read":  # weights in L3, the activations it reads in L2
-                inputs = len(args) - outputs[key]
-                preproc = _register_l2_eviction([i for i in range(inputs) if i not in weight_args[key]])
+                preproc = register_in_model_preproc()
+            elif mode == "l2_evicted_inputs_read":  # weights in L3, the activations it reads in L2: the profiler's
+                preproc = register_in_model_preproc(activation_inputs(len(args), outputs[key], weight_args[key]))
             else:
                 preproc = FLUSH if mode == "flushed" else _register_weight_flush(weight_args[key])
             min_ms = 0  # one run per sample: only the first run after a flush is cold

@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..profile.cache_state import model_touches_more_than_l2
 from ..targets import kind_of_label
 from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
 from .features import as_records, features_from_unit
@@ -45,7 +46,8 @@ PREDICTED_UNSEEN_OP = "predicted-unseen-op"
 UNSUPPORTED = "unsupported"
 
 #: Columns of :meth:`CostTable.latencies`.
-LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us"]
+LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us",
+                   "in_model"]
 
 #: Rules for adding per-kernel error bands up to a plan's band (:func:`plan_band`):
 #:
@@ -110,17 +112,22 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | Non
     if "status" in units:
         units = units[units["status"] == "ok"]
     measured = dict(zip(units["key"].astype(str), units["median_us"].astype(float)))
+    in_model, l2 = in_model_times(units)
+    by_key = {str(r["key"]): r for _, r in units.iterrows()} if in_model else {}
     rows = []
     for _, run in model_runs(records, kind).iterrows():
         keys = run.get("unit_keys")
         e2e, args = run.get("median_us"), run.get("num_args")
         if not isinstance(keys, list) or not keys or any(str(k) not in measured for k in keys):
             continue
+        times = measured
+        if in_model and model_touches_more_than_l2([by_key[str(k)] for k in keys], l2):
+            times = {k: in_model.get(k, us) for k, us in measured.items()}  # as the cost table prices it
         if not (np.isfinite(e2e) and e2e > 0 and args is not None and np.isfinite(args)):
             continue
         out_bytes = run.get("output_bytes", 0)
         out_bytes = float(out_bytes) if out_bytes is not None and np.isfinite(out_bytes) else 0.0
-        kernels = sum(measured[str(k)] for k in keys) + probe.get("alloc_us_per_byte", 0.0) * out_bytes
+        kernels = sum(times[str(k)] for k in keys) + probe.get("alloc_us_per_byte", 0.0) * out_bytes
         rows.append((float(e2e), kernels, len(keys), max(0.0, float(args) - 1)))
     if len(rows) < MIN_OVERHEAD_RUNS or sum(r[2] > 1 for r in rows) < 3:
         return None
@@ -135,6 +142,19 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | Non
                                        loss="soft_l1", f_scale=OVERHEAD_FIT_SCALE)
     invoke, launch, per_arg = (float(v) for v in fit.x)
     return dict(invoke_us=invoke, launch_us=launch, per_arg_us=per_arg, runs=len(rows))
+
+
+def in_model_times(units: pd.DataFrame) -> tuple[dict, int | None]:
+    """``({key: in_model_median_us}, L2 bytes)`` of unit records that were timed in-model
+    (:mod:`autoplace.profile.cache_state`); ``({}, None)`` when none was."""
+    if "in_model_median_us" not in units:
+        return {}, None
+    timed = units[pd.to_numeric(units["in_model_median_us"], errors="coerce") > 0]
+    if timed.empty:
+        return {}, None
+    l2 = pd.to_numeric(timed.get("l2_bytes"), errors="coerce").max() if "l2_bytes" in timed else np.nan
+    return (dict(zip(timed["key"].astype(str), timed["in_model_median_us"].astype(float))),
+            int(l2) if np.isfinite(l2) else None)
 
 
 def _records_frame(records) -> pd.DataFrame:
@@ -173,6 +193,13 @@ class CostTable:
         df = _records_frame(records)
         self.records = df
         self.measured_: dict = {}
+        #: ``{(key, kind): us}``: the kernel timed as a model larger than the L2 runs it (``in_model_median_us``).
+        self.measured_in_model_: dict = {}
+        #: ``{kind: bytes}``: the L2 of the cores that timed the kernels in-model (all of them together).
+        self.l2_bytes_: dict = {}
+        #: ``{(kind, op class or None): median in-model / warm time}`` of the measured kernels long enough to be
+        #: timed in-model: what a predicted (warm) kernel is scaled by in a model that runs in-model.
+        self.in_model_factor_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
@@ -189,8 +216,17 @@ class CostTable:
                 if st == "ok" and us is not None and np.isfinite(us) and us > 0:
                     self.measured_[tag] = float(us)
                     self.unsupported_.pop(tag, None)
+                    in_model = rec.get("in_model_median_us")
+                    if in_model is not None and np.isfinite(in_model) and in_model > 0:
+                        self.measured_in_model_[tag] = float(in_model)
+                        l2 = rec.get("l2_bytes")
+                        if l2 is not None and np.isfinite(l2):
+                            self.l2_bytes_[tag[1]] = int(l2)
+                    else:
+                        self.measured_in_model_.pop(tag, None)
                 elif st != "ok" and tag not in self.measured_:
                     self.unsupported_[tag] = str(st)
+            self._fit_in_model_factors(df)
             for _, rec in df[df["kind"] == "launch"].iterrows():
                 if np.isfinite(rec.get("median_us", np.nan)):
                     self.launch_[str(rec["target"])] = float(rec["median_us"])
@@ -210,6 +246,30 @@ class CostTable:
             model = create(model).fit(df).calibrate(df)  # calibrated: its predictions carry bands
         _warn_foreign_model(model, df)
         self.model = model
+
+    def _fit_in_model_factors(self, df: pd.DataFrame) -> None:
+        """:attr:`in_model_factor_` from the measured kernels that were long enough to be timed in-model."""
+        from ..profile.cache_state import IN_MODEL_MIN_US
+
+        ratios: dict = {}
+        units = df[df["kind"] == "unit"]
+        for _, rec in units.iterrows():
+            tag = (str(rec["key"]), str(rec["target"]))
+            if tag in self.measured_in_model_ and self.measured_[tag] >= IN_MODEL_MIN_US:
+                ratio = self.measured_in_model_[tag] / self.measured_[tag]
+                for group in ((tag[1], record_op_class(rec)), (tag[1], None)):
+                    ratios.setdefault(group, {})[tag[0]] = ratio
+        self.in_model_factor_ = {group: float(np.median(list(r.values()))) for group, r in ratios.items()}
+
+    def runs_in_model(self, units, target_kind: str) -> bool:
+        """Whether a model of these kernels (all of them, in launch order) is priced in-model on a target kind:
+        it touches more bytes per call than the L2 that timed its kernels
+        (:func:`~autoplace.profile.cache_state.model_touches_more_than_l2`). False when the profile has no
+        in-model timing for that kind."""
+        from ..profile.cache_state import model_touches_more_than_l2
+
+        kind = kind_of_label(target_kind)
+        return kind in self.l2_bytes_ and model_touches_more_than_l2(as_records(list(units)), self.l2_bytes_[kind])
 
     def _fit_overheads(self, df: pd.DataFrame) -> None:
         """Replace the probed VM overheads with :func:`fit_vm_overhead`, once per target kind (the end-to-end
@@ -319,8 +379,15 @@ class CostTable:
         frame = self.latencies([unit], target_kind, graph=graph)
         return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
 
-    def latencies(self, units, target_kind: str | None = None, *, graph=None) -> pd.DataFrame:
+    def latencies(self, units, target_kind: str | None = None, *, graph=None,
+                  in_model: bool | None = None) -> pd.DataFrame:
         """:meth:`unit_latency_us` for many units at once (one model call), with error bands.
+
+        ``in_model``: price the kernels as a model larger than the L2 runs them (weights from L3 or memory,
+        :mod:`autoplace.profile.cache_state`): each measured kernel's in-model time where the profile has one
+        (its warm time otherwise), each predicted one scaled by the measured in-model / warm ratio of its op
+        class (:attr:`in_model_factor_`). Default (None): when ``units`` (taken as one model's kernels)
+        :meth:`runs_in_model`, per target kind.
 
         Returns
         -------
@@ -331,6 +398,7 @@ class CostTable:
             ``latency_us`` for a measured kernel (and ``inf`` for an unsupported one); for a predicted one
             the prediction times the model's calibrated factors (:meth:`CostModel.band_factors`); NaN where
             the model has no band table (never calibrated, or saved before bands existed): unknown.
+            ``in_model``: whether the row was priced in-model.
         """
         if isinstance(units, pd.DataFrame):
             recs = as_records(units)
@@ -340,13 +408,19 @@ class CostTable:
             )
             recs = [features_from_unit(u, graph) if hasattr(u, "prim_func") else u for u in units]
         rows, todo = [], []
-        for i, rec in enumerate(recs):
-            target = kind_of_label(target_kind) if target_kind else kind_of_label(rec.get("target", "") or "")
+        targets_of = [kind_of_label(target_kind) if target_kind else kind_of_label(rec.get("target", "") or "")
+                      for rec in recs]
+        in_model_of = {t: (self.runs_in_model([r for r, k in zip(recs, targets_of) if k == t], t)
+                           if in_model is None else bool(in_model)) for t in set(targets_of)}
+        for i, (rec, target) in enumerate(zip(recs, targets_of)):
             key = str(rec.get("key", ""))
             row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[],
-                       op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan)
+                       op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan,
+                       in_model=in_model_of[target])
             if (key, target) in self.measured_:
                 us = self.measured_[(key, target)]
+                if row["in_model"]:
+                    us = self.measured_in_model_.get((key, target), us)
                 row.update(latency_us=us, source=MEASURED, band_lo_us=us, band_hi_us=us)
             elif (key, target) in self.unsupported_:
                 row.update(latency_us=math.inf, source=UNSUPPORTED, band_lo_us=math.inf, band_hi_us=math.inf)
@@ -375,6 +449,8 @@ class CostTable:
                     lo[idx], hi[idx] = self.model.band_factors(part, target=tgt, predicted=lat[idx],
                                                                   unseen=part_unseen)
             for j, i in enumerate(todo):
+                if rows[i]["in_model"]:
+                    lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"], lat[j])
                 rows[i].update(
                     latency_us=float(lat[j]),
                     unseen_ops=unseen[j],
@@ -383,6 +459,17 @@ class CostTable:
                     band_hi_us=float(lat[j] * hi[j]),
                 )
         return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+
+    def in_model_factor(self, target_kind: str, op_class, warm_us: float) -> float:
+        """What a kernel predicted at ``warm_us`` is scaled by in-model: 1 below the shortest kernel timed
+        in-model, else :attr:`in_model_factor_` of its op class (of its target kind when the class has none;
+        1 when the profile has no in-model timing)."""
+        from ..profile.cache_state import IN_MODEL_MIN_US
+
+        if not warm_us >= IN_MODEL_MIN_US:
+            return 1.0
+        kind = kind_of_label(target_kind)
+        return self.in_model_factor_.get((kind, op_class), self.in_model_factor_.get((kind, None), 1.0))
 
     @property
     def band_nominal(self) -> float:

@@ -34,6 +34,7 @@ from ..errors import ProfilingError
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
+from .cache_state import IN_MODEL_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
 from .host_speed import HostSpeed, best_canary_us
@@ -175,6 +176,15 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
                   min_us=float(min(previous.get("min_us", np.inf), timing["min_us"])),
                   max_us=float(max(previous.get("max_us", -np.inf), timing["max_us"])),
                   samples=int(previous.get("samples", 0)) + int(timing.get("samples", 0)), measured_at=_now())
+    if "in_model_median_us" in timing:  # a CPU kernel's in-model timing (cache_state): its rounds alike
+        earlier = previous.get("round_in_model_medians_us")
+        if earlier is None:
+            same = previous.get("in_model_timing") == timing.get("in_model_timing")
+            earlier = [previous["in_model_median_us"]] if same and "in_model_median_us" in previous else []
+        in_model = [float(v) for v in earlier] + [float(timing["in_model_median_us"])]
+        merged.update(in_model_median_us=float(np.median(fastest_rounds(in_model))),
+                      round_in_model_medians_us=in_model,
+                      in_model_min_us=float(min(previous.get("in_model_min_us", np.inf), timing["in_model_min_us"])))
     return merged
 
 
@@ -207,6 +217,14 @@ def _cpu_schedule_fields(unit) -> dict:
     rule = str(func.attrs[RULE_ATTR]) if func.attrs is not None and RULE_ATTR in func.attrs else "none"
     return dict(cpu_schedule=SCHEDULE_VERSION, cpu_rule=rule, parallel=runs_in_parallel(func),
                 vector_width=vector_width(func), vector_reduce=vectorized_row_reduction(func))
+
+
+def _without_in_model_timing(store: ProfileStore, done: set) -> set:
+    """Tags of ``done`` CPU kernels whose newest record was not timed in-model the current way
+    (:data:`~autoplace.profile.cache_state.IN_MODEL_TIMING`): they are timed again, warm and in-model."""
+    return {tag for tag, record in store.newest_good().items()
+            if tag[0] == "unit" and tag[2] == "llvm" and tag in done
+            and record.get("in_model_timing") != IN_MODEL_TIMING}
 
 
 def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
@@ -393,6 +411,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
+            untimed_in_model = _without_in_model_timing(store, done) if "llvm" in kinds else set()
+            done -= untimed_in_model
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
@@ -411,7 +431,9 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
                 + (f"; not on this machine: {skipped}" if skipped else "")
-                + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else ""))
+                + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else "")
+                + (f"; {len(untimed_in_model & set(seen))} CPU kernels timed again because their records lack "
+                   f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None

@@ -113,14 +113,36 @@ def compile_kernel(func_script: str, target_json: str):
     return tvm.tirx.build(tvm.IRModule({"main": func}), target=target)
 
 
-def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, min_repeat_ms) -> dict:
-    """Time a compiled kernel (``main``) with ``time_evaluator``; samples in microseconds."""
+def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, min_repeat_ms,
+                weight_args=None) -> dict:
+    """Time a compiled kernel (``main``) with ``time_evaluator``; samples in microseconds.
+
+    With ``weight_args`` (positions of the weight arguments; CPU kernels only), a kernel whose warm median
+    is at least :data:`~autoplace.profile.cache_state.IN_MODEL_MIN_US` is also timed in-model (every core's
+    L2 evicted, its activation inputs read back in, one run per sample,
+    :func:`~autoplace.profile.cache_state.register_in_model_preproc`): ``in_model_median_us``,
+    ``in_model_min_us``; ``in_model_timing`` and ``l2_bytes`` say how. A shorter kernel's in-model time is
+    its warm time (``in_model_median_us`` equal to ``median_us``).
+    """
     dev = _device(kind)
     args = _random_args(shapes, dtypes, num_outputs, dev)
     lib["main"](*args)  # warm-up (and a crash here is caught by the worker's parent)
     dev.sync()
     timer = lib.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return _summary(np.asarray(timer(*args).results) * 1e6)
+    result = _summary(np.asarray(timer(*args).results) * 1e6)
+    if weight_args is not None and kind == "llvm":
+        from . import cache_state
+
+        result.update(in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.l2_bytes())
+        if result["median_us"] < cache_state.IN_MODEL_MIN_US:
+            result.update(in_model_median_us=result["median_us"], in_model_min_us=result["min_us"])
+        else:
+            preproc = cache_state.register_in_model_preproc(
+                cache_state.activation_inputs(len(args), num_outputs, weight_args))
+            cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc)
+            samples = np.asarray(cold(*args).results) * 1e6
+            result.update(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()))
+    return result
 
 
 #: In the worker process: kernels compiled for a job's later rounds (``KernelTimer.measure(keep=True)``), by key.
@@ -146,7 +168,7 @@ def _worker_measure(task: dict) -> dict:
     try:
         result = time_kernel(lib, task["kind"], task["arg_shapes"], task["arg_dtypes"], task["num_outputs"],
                              number=task["number"], repeat=task["repeat"],
-                             min_repeat_ms=task["min_repeat_ms"])
+                             min_repeat_ms=task["min_repeat_ms"], weight_args=task.get("weight_args"))
     except Exception as err:
         return dict(status="error", error=f"run: {str(err).strip().splitlines()[-1][:300]}")
     if task["kind"] == "llvm":
@@ -320,6 +342,7 @@ class KernelTimer:
             compile_only=self.compile_only,
             target_json=target_json,
             keep=f"{unit.key}|{target_json}" if keep else None,
+            weight_args=list(unit.weight_args) if unit.target_kind == "llvm" else None,
             **self.timing,
         )
         if keep and unit.key in self._kept:
