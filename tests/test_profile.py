@@ -289,10 +289,12 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
     from autoplace.cost_model import training_units
     from autoplace.profile import extract_units, profile_models
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
 
     keys = sorted({u.key for u in extract_units(zoo.get("mlp"), "llvm")})
     store = ProfileStore(str(tmp_path / "p"))
-    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=SCHEDULE_VERSION - 1)
+    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=SCHEDULE_VERSION - 1,
+               in_model_timing=IN_MODEL_TIMING, in_model_median_us=2.0)
     for key in keys + ["llvm-no-longer-made"]:
         store.append(dict(old, key=key))
     assert len(training_units(store.records())) == len(keys) + 1  # no current-version kernel yet: all kept
@@ -318,6 +320,77 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     profile_models([zoo.get("mlp")], {"cpu": "llvm"}, fresh, copies=False, end_to_end=False, progress=False)
     assert {r["cpu_schedule"] for r in fresh.newest_good().values()} == {SCHEDULE_VERSION}
     assert all(isinstance(r["parallel"], bool) for r in fresh.newest_good().values())
+
+
+def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again(tmp_path):
+    """A CPU kernel is also timed in-model (L2 evicted, its activation inputs read back: about as slow as warm
+    or slower); the rounds of both are merged alike; a job times again the kernels whose records predate the
+    in-model timing."""
+    import numpy as np
+
+    from autoplace.profile import profile_models
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, l2_bytes
+    from autoplace.profile.job import fastest_rounds
+
+    store = ProfileStore(str(tmp_path / "p"))
+    # mlp: 1-3 us kernels (warm only); mlp-base: 13 us to 2 ms matmuls with 0.04-16 MB of weights
+    models = [zoo.get("mlp"), zoo.parse("mlp-base")]
+    keys = {u.key for m in models for u in extract_units(m, "llvm")}
+    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0)  # timed before in-model timing existed
+    for key in keys:
+        store.append(dict(old, key=key))
+    summary = profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, rounds=2,
+                             progress=False)
+    assert summary["measured"] == len(keys)
+    newest = [r for (kind, _, _), r in store.newest_good().items() if kind == "unit"]
+    assert len(newest) == len(keys)
+    for record in newest:
+        assert record["in_model_timing"] == IN_MODEL_TIMING and record["l2_bytes"] == l2_bytes()
+        assert len(record["round_in_model_medians_us"]) == 2
+        assert record["in_model_median_us"] == pytest.approx(
+            float(np.median(fastest_rounds(record["round_in_model_medians_us"]))))
+        assert 0.8 * record["median_us"] < record["in_model_median_us"] < 6 * record["median_us"] + 5
+    assert profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False,
+                          rounds=2)["measured"] == 0  # nothing left to time
+
+
+def test_cost_tables_price_models_larger_than_the_l2_in_model():
+    """A model that touches more bytes per call than the L2 that timed its kernels is priced with the kernels'
+    in-model times, measured or (scaled by its op class's measured ratio) predicted; a small one warm."""
+    import pandas as pd
+
+    from autoplace.cost_model import CostTable
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, touched_bytes
+
+    class Warm:  # a cost model that prices every kernel at 20 us (warm)
+        def predict(self, records, target=None):
+            return [20.0] * len(records)
+
+        def unseen_ops(self, records, target=None):
+            return [[] for _ in records]
+
+    def unit(key, us, in_model_us, weight_bytes, bytes_out=1000, **extra):
+        return dict(kind="unit", key=key, target="llvm", status="ok", median_us=us, in_model_median_us=in_model_us,
+                    in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20, weight_bytes=weight_bytes, bytes_out=bytes_out,
+                    anchor_op="relax.matmul", ops=["relax.matmul"], **extra)
+
+    records = [unit("a", 10.0, 15.0, 600_000), unit("b", 2.0, 2.0, 1000), unit("c", 40.0, 60.0, 0)]
+    table = CostTable(pd.DataFrame(records), model=Warm())
+    assert table.l2_bytes_ == {"llvm": 1 << 20}
+    assert table.in_model_factor_[("llvm", None)] == pytest.approx(1.5)  # 1.5, 1.0 and 1.5
+    small = [records[0], records[1], records[1]]
+    big = small + [dict(records[0], key="a2", weight_bytes=600_000)]  # a2: unmeasured, 1.2 MB of weights in all
+    assert touched_bytes(small) == 601_000 + 3000 and touched_bytes(big) == 1_201_000 + 4000
+    warm = table.latencies(small, "llvm")
+    assert list(warm["latency_us"]) == [10.0, 2.0, 2.0] and not warm["in_model"].any()
+    cold = table.latencies(big, "llvm")
+    assert list(cold["latency_us"]) == [15.0, 2.0, 2.0, 30.0] and cold["in_model"].all()
+    assert list(cold["source"]) == ["measured"] * 3 + ["predicted"]
+    assert list(table.latencies(big, "llvm", in_model=False)["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
+    # A profile without in-model timings prices everything warm.
+    plain = CostTable(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith(("in_model", "l2"))}
+                                    for r in records]), model=Warm())
+    assert list(plain.latencies(big, "llvm")["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
 
 
 def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():

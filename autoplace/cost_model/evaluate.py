@@ -41,7 +41,7 @@ import pandas as pd
 
 from .cost_model import NEVER_HELD_OUT, create, record_op_class, training_units
 from .features import op_class
-from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, plan_band
+from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, in_model_times, plan_band
 
 
 def family(model_name: str) -> str:
@@ -238,6 +238,7 @@ def leave_one_family_out(
     for kind in kinds:
         units = units_all[units_all["target"] == kind]
         measured = dict(zip(units["key"], units["median_us"].astype(float)))
+        measured_in_model, _ = in_model_times(units)
         keys_of = model_unit_keys(records, kind)
         runs = model_runs(records, kind)
         label = f"{kind}:0"
@@ -276,7 +277,10 @@ def leave_one_family_out(
                 recs = units.set_index("key").loc[distinct].reset_index()
                 pred_pure = dict(zip(distinct, pure.predict(recs, target=kind)))
                 unseen = dict(zip(distinct, pure.unseen_ops(recs, target=kind)))
-                look_df = table.latencies(recs, kind)
+                # Priced as optimize() prices the whole model: in-model when it outgrows the L2 (cache_state).
+                row_of = {k: r for k, (_, r) in zip(distinct, recs.iterrows())}
+                in_model = table.runs_in_model([row_of[k] for k in keys], kind)
+                look_df = table.latencies(recs, kind, in_model=in_model)
                 pred_look = dict(zip(distinct, look_df["latency_us"]))
                 source = dict(zip(distinct, look_df["source"]))
                 meas = np.array([measured[k] for k in distinct])
@@ -305,6 +309,13 @@ def leave_one_family_out(
                     lookup_spearman=_spearman(pl, meas),
                     unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)),
                 )
+                # End to end, kernels as the model runs them: in-model times and factors when it runs in-model.
+                factor = {k: table.in_model_factor(kind, record_op_class(row_of[k])) if in_model
+                          else 1.0 for k in distinct}
+                e2e_pred_pure = {k: pred_pure[k] * factor[k] for k in distinct}
+                e2e_measured = {k: measured_in_model.get(k, measured[k]) if in_model else measured[k]
+                                for k in distinct}
+                row["in_model"] = bool(in_model)
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
                     call = {}  # the model record's main signature, where the profiler stored it
@@ -312,8 +323,8 @@ def leave_one_family_out(
                         value = runs.loc[name].get(column) if column in runs.columns else None
                         if value is not None and pd.notna(value):
                             call[column] = int(value)
-                    oracle = end_to_end_us(table, measured, keys, label, **call)
-                    e2e_pure = end_to_end_us(table, pred_pure, keys, label, **call)
+                    oracle = end_to_end_us(table, e2e_measured, keys, label, **call)
+                    e2e_pure = end_to_end_us(table, e2e_pred_pure, keys, label, **call)
                     e2e_look = end_to_end_us(table, pred_look, keys, label, **call)
                     row.update(
                         e2e_measured_us=e2e,
@@ -330,10 +341,11 @@ def leave_one_family_out(
                     inside = [band_lo[k] <= measured[k] <= band_hi[k] for k in known]
                     row.update(band_kernels=len(known), band_coverage=float(np.mean(inside)) if known else math.nan)
                     if name in runs.index:
-                        fixed = e2e_pure - sum(pred_pure[k] for k in keys)  # VM invocation + launches
+                        fixed = e2e_pure - sum(e2e_pred_pure[k] for k in keys)  # VM invocation + launches
                         rows = pd.DataFrame(dict(
-                            key=keys, latency_us=[pred_pure[k] for k in keys],
-                            band_lo_us=[band_lo[k] for k in keys], band_hi_us=[band_hi[k] for k in keys],
+                            key=keys, latency_us=[e2e_pred_pure[k] for k in keys],
+                            band_lo_us=[band_lo[k] * factor[k] for k in keys],
+                            band_hi_us=[band_hi[k] * factor[k] for k in keys],
                             source=PREDICTED, op_class=[class_of[k] for k in keys]))
                         for how in BAND_COMBINES:
                             band = plan_band(rows, fixed_us=fixed, how=how)

@@ -197,8 +197,8 @@ class CostTable:
         self.measured_in_model_: dict = {}
         #: ``{kind: bytes}``: the L2 of the cores that timed the kernels in-model (all of them together).
         self.l2_bytes_: dict = {}
-        #: ``{(kind, op class or None): median in-model / warm time}`` of the measured kernels long enough to be
-        #: timed in-model: what a predicted (warm) kernel is scaled by in a model that runs in-model.
+        #: ``{(kind, op class or None): median in-model / warm time}`` of the measured kernels timed in-model:
+        #: what a predicted (warm) kernel is scaled by in a model that runs in-model.
         self.in_model_factor_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
@@ -248,14 +248,12 @@ class CostTable:
         self.model = model
 
     def _fit_in_model_factors(self, df: pd.DataFrame) -> None:
-        """:attr:`in_model_factor_` from the measured kernels that were long enough to be timed in-model."""
-        from ..profile.cache_state import IN_MODEL_MIN_US
-
+        """:attr:`in_model_factor_` from the measured kernels timed in-model."""
         ratios: dict = {}
         units = df[df["kind"] == "unit"]
         for _, rec in units.iterrows():
             tag = (str(rec["key"]), str(rec["target"]))
-            if tag in self.measured_in_model_ and self.measured_[tag] >= IN_MODEL_MIN_US:
+            if tag in self.measured_in_model_:
                 ratio = self.measured_in_model_[tag] / self.measured_[tag]
                 for group in ((tag[1], record_op_class(rec)), (tag[1], None)):
                     ratios.setdefault(group, {})[tag[0]] = ratio
@@ -450,7 +448,7 @@ class CostTable:
                                                                   unseen=part_unseen)
             for j, i in enumerate(todo):
                 if rows[i]["in_model"]:
-                    lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"], lat[j])
+                    lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"])
                 rows[i].update(
                     latency_us=float(lat[j]),
                     unseen_ops=unseen[j],
@@ -460,14 +458,9 @@ class CostTable:
                 )
         return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
-    def in_model_factor(self, target_kind: str, op_class, warm_us: float) -> float:
-        """What a kernel predicted at ``warm_us`` is scaled by in-model: 1 below the shortest kernel timed
-        in-model, else :attr:`in_model_factor_` of its op class (of its target kind when the class has none;
-        1 when the profile has no in-model timing)."""
-        from ..profile.cache_state import IN_MODEL_MIN_US
-
-        if not warm_us >= IN_MODEL_MIN_US:
-            return 1.0
+    def in_model_factor(self, target_kind: str, op_class) -> float:
+        """What a kernel predicted warm is scaled by in-model: :attr:`in_model_factor_` of its op class (of its
+        target kind when the class has none; 1 when the profile has no in-model timing)."""
         kind = kind_of_label(target_kind)
         return self.in_model_factor_.get((kind, op_class), self.in_model_factor_.get((kind, None), 1.0))
 

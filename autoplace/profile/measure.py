@@ -117,12 +117,10 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
                 weight_args=None) -> dict:
     """Time a compiled kernel (``main``) with ``time_evaluator``; samples in microseconds.
 
-    With ``weight_args`` (positions of the weight arguments; CPU kernels only), a kernel whose warm median
-    is at least :data:`~autoplace.profile.cache_state.IN_MODEL_MIN_US` is also timed in-model (every core's
-    L2 evicted, its activation inputs read back in, one run per sample,
+    With ``weight_args`` (positions of the weight arguments; CPU kernels only), the kernel is also timed
+    in-model (every core's L2 evicted, its activation inputs read back in, one run per sample,
     :func:`~autoplace.profile.cache_state.register_in_model_preproc`): ``in_model_median_us``,
-    ``in_model_min_us``; ``in_model_timing`` and ``l2_bytes`` say how. A shorter kernel's in-model time is
-    its warm time (``in_model_median_us`` equal to ``median_us``).
+    ``in_model_min_us``; ``in_model_timing`` and ``l2_bytes`` say how.
     """
     dev = _device(kind)
     args = _random_args(shapes, dtypes, num_outputs, dev)
@@ -133,15 +131,12 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
     if weight_args is not None and kind == "llvm":
         from . import cache_state
 
-        result.update(in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.l2_bytes())
-        if result["median_us"] < cache_state.IN_MODEL_MIN_US:
-            result.update(in_model_median_us=result["median_us"], in_model_min_us=result["min_us"])
-        else:
-            preproc = cache_state.register_in_model_preproc(
-                cache_state.activation_inputs(len(args), num_outputs, weight_args))
-            cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc)
-            samples = np.asarray(cold(*args).results) * 1e6
-            result.update(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()))
+        preproc = cache_state.register_in_model_preproc(
+            cache_state.activation_inputs(len(args), num_outputs, weight_args))
+        cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc)
+        samples = np.asarray(cold(*args).results) * 1e6
+        result.update(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
+                      in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.l2_bytes())
     return result
 
 
