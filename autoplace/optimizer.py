@@ -429,7 +429,8 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         new = store.records(allow_foreign=True)
-    return CostTable(pd.concat([costs.records, new], ignore_index=True), model=costs.model)
+    return CostTable(pd.concat([costs.records, new], ignore_index=True), model=costs.model,
+                     in_model_model=getattr(costs, "in_model_model", None))
 
 
 def measured_on_this_machine(costs):

@@ -377,7 +377,9 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     records = [unit("a", 10.0, 15.0, 600_000), unit("b", 2.0, 2.0, 1000), unit("c", 40.0, 60.0, 0)]
     table = CostTable(pd.DataFrame(records), model=Warm())
     assert table.l2_bytes_ == {"llvm": 1 << 20}
-    assert table.in_model_factor_[("llvm", None)] == pytest.approx(1.5)  # 1.5, 1.0 and 1.5
+    # a (10 us) and c (40 us) in bins of their own; b (2 us) in a third
+    assert table.in_model_factor_ == {("llvm", None, 2): 1.5, ("llvm", None, 3): 1.5, ("llvm", None, 0): 1.0}
+    assert table.in_model_factor("llvm", "matmul", 20.0) == 1.5 and table.in_model_factor("llvm", "matmul", 500) == 1
     small = [records[0], records[1], records[1]]
     big = small + [dict(records[0], key="a2", weight_bytes=600_000)]  # a2: unmeasured, 1.2 MB of weights in all
     assert touched_bytes(small) == 601_000 + 3000 and touched_bytes(big) == 1_201_000 + 4000

@@ -111,6 +111,9 @@ def run(args) -> int:
         f"{model.hardware_id_} (TVM {model.tvm_version_})\n  training fit: median abs error "
         f"{100 * np.median(ape):.1f}% (held-out accuracy: python experiments/cost_model_eval.py)\n"
         f"  saved to {model.path_}"
+        + (f"\n  with a model of the kernels' in-model times ({model.in_model_.n_records_} kernels; models larger "
+           f"than the L2 are priced with it) saved to {model.in_model_.path_}"
+           if getattr(model, "in_model_", None) is not None else "")
     )
     return 0
 

@@ -42,6 +42,7 @@ import pandas as pd
 from .cost_model import NEVER_HELD_OUT, create, record_op_class, training_units
 from .features import op_class
 from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, in_model_times, plan_band
+from .train import in_model_records
 
 
 def family(model_name: str) -> str:
@@ -183,6 +184,21 @@ def family_residuals(
     return pd.DataFrame(rows, columns=columns)
 
 
+def _fit_in_model(make, train_units: pd.DataFrame, *, quiet: bool, calibrate_with=None, **calibrate_options):
+    """A model of the in-model times of ``train_units`` (:func:`~autoplace.cost_model.train.in_model_records`),
+    calibrated on them and the end-to-end records ``calibrate_with`` when given; None when none was timed so."""
+    timed = in_model_records(train_units)
+    if timed.empty:
+        return None
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore")
+        fit = make().fit(timed)
+        if calibrate_with is not None:
+            fit.calibrate(pd.concat([timed, calibrate_with], ignore_index=True), **calibrate_options)
+    return fit
+
+
 def leave_one_family_out(
     records: pd.DataFrame,
     model="xgb",
@@ -269,6 +285,7 @@ def leave_one_family_out(
                 runs_other = records[(records["kind"] == "model") & (records["target"] == kind)]
                 runs_other = runs_other[runs_other["key"].map(family) != fam]
                 table = CostTable(pd.concat([look_train, side, runs_other], ignore_index=True), model=look)
+            in_model_fits: dict = {}  # the fold's models of in-model times, fitted when a held model needs one
             for name in sorted(held):
                 keys = [k for k in keys_of[name] if k in measured]
                 distinct = list(dict.fromkeys(keys))
@@ -280,6 +297,15 @@ def leave_one_family_out(
                 # Priced as optimize() prices the whole model: in-model when it outgrows the L2 (cache_state).
                 row_of = {k: r for k, (_, r) in zip(distinct, recs.iterrows())}
                 in_model = table.runs_in_model([row_of[k] for k in keys], kind)
+                if in_model and not in_model_fits:
+                    in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet,
+                                                          calibrate_with=runs_left if bands else None,
+                                                          never_held_out=never_held_out, **(band_options or {}))
+                    in_model_fits["look"] = (_fit_in_model(make, look_train, quiet=quiet)
+                                             if len(look_train) != len(pure_train) else in_model_fits["pure"])
+                pure_in = in_model_fits.get("pure") if in_model else None
+                if in_model:
+                    table.in_model_model = in_model_fits["look"]
                 look_df = table.latencies(recs, kind, in_model=in_model)
                 pred_look = dict(zip(distinct, look_df["latency_us"]))
                 source = dict(zip(distinct, look_df["source"]))
@@ -309,10 +335,25 @@ def leave_one_family_out(
                     lookup_spearman=_spearman(pl, meas),
                     unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)),
                 )
-                # End to end, kernels as the model runs them: in-model times and factors when it runs in-model.
-                factor = {k: table.in_model_factor(kind, record_op_class(row_of[k])) if in_model
-                          else 1.0 for k in distinct}
-                e2e_pred_pure = {k: pred_pure[k] * factor[k] for k in distinct}
+                # End to end, kernels as the model runs them: in a model larger than the L2, the in-model times
+                # (measured, and predicted by the fold's model of them, or scaled warm predictions without one).
+                e2e_pred_pure, e2e_band_lo, e2e_band_hi = dict(pred_pure), {}, {}
+                if bands:
+                    e2e_band_lo, e2e_band_hi = dict(band_lo), dict(band_hi)
+                if in_model and pure_in is not None:
+                    pi = pure_in.predict(recs, target=kind)
+                    e2e_pred_pure = dict(zip(distinct, pi))
+                    if bands:
+                        lo_i, hi_i = pure_in.band_factors(recs, target=kind, predicted=pi,
+                                                          unseen=pure_in.unseen_ops(recs, target=kind))
+                        e2e_band_lo, e2e_band_hi = dict(zip(distinct, pi * lo_i)), dict(zip(distinct, pi * hi_i))
+                elif in_model:
+                    factor = {k: table.in_model_factor(kind, record_op_class(row_of[k]), pred_pure[k])
+                              for k in distinct}
+                    e2e_pred_pure = {k: pred_pure[k] * factor[k] for k in distinct}
+                    if bands:
+                        e2e_band_lo = {k: band_lo[k] * factor[k] for k in distinct}
+                        e2e_band_hi = {k: band_hi[k] * factor[k] for k in distinct}
                 e2e_measured = {k: measured_in_model.get(k, measured[k]) if in_model else measured[k]
                                 for k in distinct}
                 row["in_model"] = bool(in_model)
@@ -344,8 +385,8 @@ def leave_one_family_out(
                         fixed = e2e_pure - sum(e2e_pred_pure[k] for k in keys)  # VM invocation + launches
                         rows = pd.DataFrame(dict(
                             key=keys, latency_us=[e2e_pred_pure[k] for k in keys],
-                            band_lo_us=[band_lo[k] * factor[k] for k in keys],
-                            band_hi_us=[band_hi[k] * factor[k] for k in keys],
+                            band_lo_us=[e2e_band_lo[k] for k in keys],
+                            band_hi_us=[e2e_band_hi[k] for k in keys],
                             source=PREDICTED, op_class=[class_of[k] for k in keys]))
                         for how in BAND_COMBINES:
                             band = plan_band(rows, fixed_us=fixed, how=how)

@@ -9,11 +9,38 @@ from .cost_model import CostModel, create
 
 #: File name of the trained model inside a profile folder.
 MODEL_FILE = "cost_model.json"
+#: File name of the model of in-model kernel times (:func:`in_model_records`) beside it.
+IN_MODEL_FILE = "cost_model_in_model.json"
 
 
 def default_model_path(profile_dir: str) -> str:
     """``<profile dir>/cost_model.json``: where a model trained on that profile is saved."""
     return os.path.join(profile_dir, MODEL_FILE)
+
+
+def in_model_path(model_path: str) -> str:
+    """Where the in-model times' model trained with the model saved at ``model_path`` goes
+    (``cost_model.json`` -> ``cost_model_in_model.json``)."""
+    root, ext = os.path.splitext(model_path)
+    return (os.path.join(os.path.dirname(model_path), IN_MODEL_FILE) if os.path.basename(model_path) == MODEL_FILE
+            else f"{root}_in_model{ext or '.json'}")
+
+
+def in_model_records(records):
+    """``records`` with every unit record timed in-model (:mod:`autoplace.profile.cache_state`) priced at its
+    in-model time (``median_us`` := ``in_model_median_us``) and the unit records without one left out: what the
+    model of in-model times trains on. Other records are kept (they say which kernels each model launches)."""
+    import pandas as pd
+
+    df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    if "in_model_median_us" not in df:
+        return df[df["kind"] != "unit"] if "kind" in df else df.iloc[:0]
+    in_model = pd.to_numeric(df["in_model_median_us"], errors="coerce")
+    units = df["kind"] == "unit"
+    df = df[~units | (in_model > 0)].copy()
+    timed = df["kind"] == "unit"
+    df.loc[timed, "median_us"] = in_model[df.index[timed]]
+    return df
 
 
 def train(
@@ -59,6 +86,9 @@ def train(
     CostModel
         The fitted model; ``model.path_`` is where it was saved (None when not saved), ``model.bands_``
         its band table (None when not calibrated, or when the profile has no model family to hold out).
+        Where the profile timed kernels in-model, ``model.in_model_`` is a second model of the same kind fitted
+        (and calibrated) on those times (:func:`in_model_records`), saved beside it (:func:`in_model_path`);
+        else None.
     """
     from ..profile import ProfileStore
 
@@ -78,7 +108,17 @@ def train(
     fitted = create(model, **params).fit(records, hardware_id=hardware_id)
     if calibrate:
         fitted.calibrate(records)
+    fitted.in_model_ = None
+    timed = in_model_records(records)
+    if (timed["kind"] == "unit").any():
+        fitted.in_model_ = create(model, **params) if isinstance(model, str) else type(model)(**model.get_params())
+        fitted.in_model_.fit(timed, hardware_id=hardware_id)
+        fitted.in_model_.path_ = None
+        if calibrate:
+            fitted.in_model_.calibrate(timed)
     fitted.path_ = None
     if save:
         fitted.path_ = fitted.save(out or default_model_path(store.path))
+        if fitted.in_model_ is not None:
+            fitted.in_model_.path_ = fitted.in_model_.save(in_model_path(fitted.path_))
     return fitted
