@@ -451,6 +451,40 @@ def test_train_main_writes_the_model_next_to_the_profile(tmp_path, capsys):
     assert again.hardware_id_ == HW and "saved to" in capsys.readouterr().out
 
 
+def test_train_also_fits_the_in_model_times_and_tables_price_large_models_with_them(tmp_path, capsys):
+    """Where the profile timed kernels in-model, ``autoplace train`` saves a second model of those times beside
+    the first; a table of the folder loads it and prices the unmeasured kernels of a model larger than the L2
+    with it (here every kernel runs 1.5x slower in-model), of a smaller one with the warm model."""
+    from autoplace.cost_model.cli import train_main
+    from autoplace.cost_model.train import in_model_records
+    from autoplace.profile import ProfileStore
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+
+    meta = {"hardware_id": HW, "tvm_version": TVM, "cpu_model": "test", "cpu_cores": 2, "gpus": []}
+    store = ProfileStore(str(tmp_path / HW), metadata=meta)
+    records = synthetic_records()
+    held = records[records["key"].astype(str).str.contains("-gamma-")]  # priced, never measured
+    for rec in records.drop(held.index).to_dict(orient="records"):
+        rec = {k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))}
+        if rec["kind"] == "unit":
+            rec.update(in_model_median_us=1.5 * rec["median_us"], in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 10)
+        store.append(rec)
+    timed = in_model_records(store.records())
+    units = timed[timed["kind"] == "unit"]
+    assert len(units) == (store.records()["kind"] == "unit").sum()
+    assert np.allclose(units["median_us"], 1.5 * store.records().loc[units.index, "median_us"])
+    assert train_main(["--profile", store.path]) == 0
+    assert "in-model times" in capsys.readouterr().out
+    assert (tmp_path / HW / "cost_model_in_model.json").exists()
+    table = CostTable.from_profile(store.path)
+    assert table.in_model_model is not None and table.l2_bytes_ == {"llvm": 1 << 10}
+    recs = [r for _, r in held[held["kind"] == "unit"].iterrows()]
+    warm = table.latencies(recs, "llvm", in_model=False)["latency_us"].to_numpy()
+    cold = table.latencies(recs, "llvm")  # these kernels touch more than 1 KB: in-model
+    assert cold["in_model"].all() and set(cold["source"]) <= {PREDICTED, PREDICTED_UNSEEN_OP}
+    assert 1.2 < float(np.median(cold["latency_us"].to_numpy() / warm)) < 1.9
+
+
 # -- the committed CPU profile, where present ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def committed_records():
