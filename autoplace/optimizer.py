@@ -377,8 +377,9 @@ MEASURE_MODES = ("auto", "never", "always")
 def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, redo: bool = False,
                     progress: bool = True):
     """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
-    them with ``redo``) and the copy costs and VM call overheads it lacks; return ``costs`` with the new
-    records.
+    them with ``redo``; for a model larger than the L2 here, also the CPU kernels measured without an in-model
+    timing, :mod:`autoplace.profile.cache_state`) and the copy costs and VM call overheads it lacks; return
+    ``costs`` with the new records.
 
     Measurements go to :func:`autoplace.profile.measured_here_dir`. If the harness cannot run here
     (e.g. a script without a main guard), warn and return ``costs`` unchanged: the cost model prices
@@ -391,19 +392,24 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     from .cost_model import CostTable
     from .errors import CopyCostError, ProfilingError
     from .profile import ProfileStore, measured_here_dir
+    from .profile.cache_state import l2_bytes, model_touches_more_than_l2
     from .profile.job import measure_kernels
 
     runnable = [t for t in targets if t not in targets.unavailable()]
     here_kinds = {targets[t].kind for t in runnable}
     # What another machine measured prices nothing this machine can measure itself.
     own = measured_on_this_machine(costs)
+    timed_in_model = getattr(own, "measured_in_model_", None)
     missing = {}
     for kind, units in kernels.items():
         if kind not in here_kinds:
             continue
+        # A model larger than this machine's L2 is priced in-model: a kernel timed warm only is missing too.
+        in_model = kind == "llvm" and timed_in_model is not None and model_touches_more_than_l2(units, l2_bytes())
         # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
         todo = [u for u in units if redo or ((u.key, kind) not in own.measured_
-                                             and (u.key, kind) not in own.unsupported_)]
+                                             and (u.key, kind) not in own.unsupported_)
+                or (in_model and (u.key, kind) in own.measured_ and (u.key, kind) not in timed_in_model)]
         if todo:
             missing[kind] = todo
     # The VM's call overheads (``kind="launch"``) come with the copies: a machine never profiled has neither.

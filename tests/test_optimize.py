@@ -202,6 +202,33 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     assert again.summary().loc["cpu0", "measured"] == summary.loc["cpu0", "measured"]
 
 
+def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_the_l2(tmp_path, monkeypatch):
+    """A kernel measured here before in-model timing existed still prices a model that fits the L2; for a model
+    larger than the L2 (here: a 64-byte L2; the model writes 148 bytes) ``measure="auto"`` times it again, warm and in-model, and prices it
+    in-model."""
+    from autoplace.profile import ProfileStore, cache_state, extract_units
+    from autoplace.profile.hardware import measured_by
+
+    model = _never_profiled_model()
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
+    mine = ProfileStore(str(cache / measured_by()["hardware_id"]))
+    for unit in extract_units(model, "llvm"):
+        mine.append(dict(kind="unit", key=unit.key, target="llvm", status="ok", median_us=1e4,
+                         bytes_out=unit.nbytes_out, weight_bytes=unit.weight_bytes, ops=unit.ops))
+    fits = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
+    assert fits.predicted_us > 1e4 and not any("in_model_median_us" in r for r in _records(mine))
+    monkeypatch.setattr(cache_state, "l2_bytes", lambda cores=None: 64)
+    large = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
+    timed = [r for r in _records(mine) if "in_model_median_us" in r]
+    assert timed and all(r["median_us"] < 1e4 for r in timed)  # timed again: the 10 ms were made up
+    assert large.predicted_us < 1e3 and large.summary().loc["cpu", "measured"] >= 1
+
+
+def _records(store):
+    return [r for (kind, _, _), r in store.newest_good().items() if kind == "unit"]
+
+
 def test_another_machines_profile_prices_only_what_is_not_measured_here(tmp_path, monkeypatch):
     """On a machine with no profile of its own, the bundled profile of another machine supplies the cost
     model and copy fits, and ``measure="auto"`` does not take that machine's kernel timings for this one's."""
