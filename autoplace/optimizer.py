@@ -83,13 +83,16 @@ class OptimizeResult:
 
     def summary(self):
         """Per target: kernels (how many priced by measurement, how many predicted by the cost model),
-        ops, predicted compute time and memory; plus copies (a DataFrame)."""
+        ops, predicted compute time and memory, and ``cache``: ``"in-model"`` where the kernels were priced as
+        a model larger than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`); plus
+        copies (a DataFrame)."""
         import pandas as pd
 
         from .cost_model.table import plan_band
 
         rows = []
         per = self.plan.per_target()
+        in_model = self.view.graph.graph.get("in_model", {})
         for t in self.targets:
             info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
             units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
@@ -99,11 +102,12 @@ class OptimizeResult:
                              predicted=sum(src.startswith("predicted") for src in sources),
                              ops=sum(len(self.view.members[u]) for u in units),
                              compute_us=info["compute_us"], compute_lo_us=own["band_lo_us"],
-                             compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6))
+                             compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6,
+                             cache="in-model" if in_model.get(self.targets[t].kind) else "warm"))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
                          compute_us=sum(c.latency_us for c in copies), compute_lo_us=None, compute_hi_us=None,
-                         memory_MB=sum(c.nbytes for c in copies) / 1e6))
+                         memory_MB=sum(c.nbytes for c in copies) / 1e6, cache=None))
         return pd.DataFrame(rows).set_index("target")
 
     # ------------------------------------------------------------------ how sure

@@ -218,6 +218,7 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
                          bytes_out=unit.nbytes_out, weight_bytes=unit.weight_bytes, ops=unit.ops))
     fits = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
     assert fits.predicted_us > 1e4 and not any("in_model_median_us" in r for r in _records(mine))
+    assert fits.summary().loc["cpu", "cache"] == "warm"  # 148 bytes: it stays in any L2
     monkeypatch.setattr(cache_state, "l2_bytes", lambda cores=None: 64)
     large = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
     timed = [r for r in _records(mine) if "in_model_median_us" in r]
