@@ -356,20 +356,15 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
 
 def test_cost_tables_price_models_larger_than_the_l2_in_model():
     """A model that touches more bytes per call than the L2 that timed its kernels is priced with the kernels'
-    in-model times, measured or predicted by the model of in-model times; a small one warm."""
+    in-model times, measured or (scaled by its op class's measured ratio) predicted; a small one warm."""
     import pandas as pd
 
     from autoplace.cost_model import CostTable
     from autoplace.profile.cache_state import IN_MODEL_TIMING, touched_bytes
 
-    class Fixed:  # a cost model that prices every kernel at ``us``
-        target_kinds_ = ("llvm",)
-
-        def __init__(self, us):
-            self.us = us
-
+    class Warm:  # a cost model that prices every kernel at 20 us (warm)
         def predict(self, records, target=None):
-            return [self.us] * len(records)
+            return [20.0] * len(records)
 
         def unseen_ops(self, records, target=None):
             return [[] for _ in records]
@@ -380,8 +375,11 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
                     anchor_op="relax.matmul", ops=["relax.matmul"], **extra)
 
     records = [unit("a", 10.0, 15.0, 600_000), unit("b", 2.0, 2.0, 1000), unit("c", 40.0, 60.0, 0)]
-    table = CostTable(pd.DataFrame(records), model=Fixed(20.0), in_model_model=Fixed(30.0))
+    table = CostTable(pd.DataFrame(records), model=Warm())
     assert table.l2_bytes_ == {"llvm": 1 << 20}
+    # a (10 us) and c (40 us) in bins of their own; b (2 us) in a third
+    assert table.in_model_factor_ == {("llvm", None, 2): 1.5, ("llvm", None, 3): 1.5, ("llvm", None, 0): 1.0}
+    assert table.in_model_factor("llvm", "matmul", 20.0) == 1.5 and table.in_model_factor("llvm", "matmul", 500) == 1
     small = [records[0], records[1], records[1]]
     big = small + [dict(records[0], key="a2", weight_bytes=600_000)]  # a2: unmeasured, 1.2 MB of weights in all
     assert touched_bytes(small) == 601_000 + 3000 and touched_bytes(big) == 1_201_000 + 4000
@@ -393,7 +391,7 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert list(table.latencies(big, "llvm", in_model=False)["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
     # A profile without in-model timings prices everything warm.
     plain = CostTable(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith(("in_model", "l2"))}
-                                    for r in records]), model=Fixed(20.0), in_model_model=Fixed(30.0))
+                                    for r in records]), model=Warm())
     assert list(plain.latencies(big, "llvm")["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
 
 

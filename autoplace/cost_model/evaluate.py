@@ -336,7 +336,7 @@ def leave_one_family_out(
                     unseen_op_kernels=int(sum(bool(unseen[k]) for k in distinct)),
                 )
                 # End to end, kernels as the model runs them: in a model larger than the L2, the in-model times
-                # (measured, and predicted by the fold's model of them; warm predictions without one).
+                # (measured, and predicted by the fold's model of them, or scaled warm predictions without one).
                 e2e_pred_pure, e2e_band_lo, e2e_band_hi = dict(pred_pure), {}, {}
                 if bands:
                     e2e_band_lo, e2e_band_hi = dict(band_lo), dict(band_hi)
@@ -347,6 +347,13 @@ def leave_one_family_out(
                         lo_i, hi_i = pure_in.band_factors(recs, target=kind, predicted=pi,
                                                           unseen=pure_in.unseen_ops(recs, target=kind))
                         e2e_band_lo, e2e_band_hi = dict(zip(distinct, pi * lo_i)), dict(zip(distinct, pi * hi_i))
+                elif in_model:
+                    factor = {k: table.in_model_factor(kind, record_op_class(row_of[k]), pred_pure[k])
+                              for k in distinct}
+                    e2e_pred_pure = {k: pred_pure[k] * factor[k] for k in distinct}
+                    if bands:
+                        e2e_band_lo = {k: band_lo[k] * factor[k] for k in distinct}
+                        e2e_band_hi = {k: band_hi[k] * factor[k] for k in distinct}
                 e2e_measured = {k: measured_in_model.get(k, measured[k]) if in_model else measured[k]
                                 for k in distinct}
                 row["in_model"] = bool(in_model)

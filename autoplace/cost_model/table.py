@@ -68,6 +68,11 @@ BAND_COMBINES = ("correlated", "class", "independent")
 BAND_COMBINE = "correlated"
 
 
+#: Edges of the warm-time bins (us) of the in-model factors (:meth:`CostTable.in_model_factor`).
+IN_MODEL_BINS_US = (2.0, 5.0, 20.0, 100.0)
+#: Measured kernels an op class needs in a bin for a factor of its own (else the bin's over every class).
+IN_MODEL_MIN_KERNELS = 3
+
 #: End-to-end records of one target kind (with every kernel measured) needed before the VM's overhead
 #: terms are fitted to them (:func:`fit_vm_overhead`) instead of taken from the probes alone.
 MIN_OVERHEAD_RUNS = 8
@@ -182,8 +187,7 @@ class CostTable:
     in_model_model : CostModel, str or None
         Prices the kernels the profile did not measure in a model priced in-model (:meth:`runs_in_model`): a
         model fitted on in-model times (:func:`~autoplace.cost_model.train.in_model_records`), the path of a
-        saved one, or None: ``model`` prices them (warm). With ``model`` given by name, one is trained here too
-        where the records have in-model times.
+        saved one, or None: then ``model``'s prediction times :meth:`in_model_factor`.
 
     Examples
     --------
@@ -202,6 +206,10 @@ class CostTable:
         self.measured_in_model_: dict = {}
         #: ``{kind: bytes}``: the L2 of the cores that timed the kernels in-model (all of them together).
         self.l2_bytes_: dict = {}
+        #: ``{(kind, op class or None, warm-time bin): median in-model / warm time}`` of the measured kernels timed
+        #: in-model: what a predicted (warm) kernel is scaled by in a model that runs in-model
+        #: (:meth:`in_model_factor`).
+        self.in_model_factor_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
@@ -228,6 +236,7 @@ class CostTable:
                         self.measured_in_model_.pop(tag, None)
                 elif st != "ok" and tag not in self.measured_:
                     self.unsupported_[tag] = str(st)
+            self._fit_in_model_factors(df)
             for _, rec in df[df["kind"] == "launch"].iterrows():
                 if np.isfinite(rec.get("median_us", np.nan)):
                     self.launch_[str(rec["target"])] = float(rec["median_us"])
@@ -244,18 +253,27 @@ class CostTable:
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
         elif isinstance(model, str):
-            if in_model_model is None:  # the model of in-model times, as `autoplace train` fits it
-                from .train import in_model_records
-
-                timed = in_model_records(df)
-                if (timed["kind"] == "unit").any():
-                    in_model_model = create(model).fit(timed).calibrate(timed)
             model = create(model).fit(df).calibrate(df)  # calibrated: its predictions carry bands
         _warn_foreign_model(model, df)
         self.model = model
         if isinstance(in_model_model, (str, os.PathLike)):
             in_model_model = load(os.fspath(in_model_model))
         self.in_model_model = in_model_model
+
+    def _fit_in_model_factors(self, df: pd.DataFrame) -> None:
+        """:attr:`in_model_factor_` from the measured kernels timed in-model: the median ratio per target kind,
+        op class and warm-time bin (:data:`IN_MODEL_BINS_US`), and per kind and bin over every class."""
+        ratios: dict = {}
+        units = df[df["kind"] == "unit"]
+        for _, rec in units.iterrows():
+            tag = (str(rec["key"]), str(rec["target"]))
+            if tag in self.measured_in_model_:
+                ratio = self.measured_in_model_[tag] / self.measured_[tag]
+                time_bin = int(np.searchsorted(IN_MODEL_BINS_US, self.measured_[tag]))
+                for group in ((tag[1], record_op_class(rec), time_bin), (tag[1], None, time_bin)):
+                    ratios.setdefault(group, {})[tag[0]] = ratio
+        self.in_model_factor_ = {group: float(np.median(list(r.values()))) for group, r in ratios.items()
+                                 if group[1] is None or len(r) >= IN_MODEL_MIN_KERNELS}
 
     def runs_in_model(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels (all of them, in launch order) is priced in-model on a target kind:
@@ -386,8 +404,9 @@ class CostTable:
 
         ``in_model``: price the kernels as a model larger than the L2 runs them (weights from L3 or memory,
         :mod:`autoplace.profile.cache_state`): each measured kernel's in-model time where the profile has one
-        (its warm time otherwise), each predicted one by the model of in-model times (``in_model_model``; by the
-        warm ``model`` without one). Default (None): when ``units`` (taken as one model's kernels)
+        (its warm time otherwise), each predicted one by the model of in-model times (``in_model_model``), or
+        without one scaled by the measured in-model / warm ratio of its op class and size
+        (:meth:`in_model_factor`). Default (None): when ``units`` (taken as one model's kernels)
         :meth:`runs_in_model`, per target kind.
 
         Returns
@@ -439,12 +458,16 @@ class CostTable:
             targets = [rows[i]["target"] for i in todo]
             lat, lo, hi = np.empty(len(todo)), np.full(len(todo), np.nan), np.full(len(todo), np.nan)
             unseen = [None] * len(todo)
+            scaled = np.zeros(len(todo), dtype=bool)  # warm predictions to scale by in_model_factor
             for tgt in sorted(set(targets)):
                 idx = [j for j, t in enumerate(targets) if t == tgt]
                 part = [sub[j] for j in idx]
                 model = self.model
-                if in_model_of[tgt] and tgt in getattr(self.in_model_model, "target_kinds_", ()):
-                    model = self.in_model_model
+                if in_model_of[tgt]:
+                    if tgt in getattr(self.in_model_model, "target_kinds_", ()):
+                        model = self.in_model_model
+                    else:
+                        scaled[idx] = True
                 lat[idx] = model.predict(part, target=tgt)
                 part_unseen = model.unseen_ops(part, target=tgt)
                 for j, ops in zip(idx, part_unseen):
@@ -452,6 +475,8 @@ class CostTable:
                 if hasattr(model, "band_factors"):
                     lo[idx], hi[idx] = model.band_factors(part, target=tgt, predicted=lat[idx], unseen=part_unseen)
             for j, i in enumerate(todo):
+                if scaled[j]:
+                    lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"], lat[j])
                 rows[i].update(
                     latency_us=float(lat[j]),
                     unseen_ops=unseen[j],
@@ -460,6 +485,16 @@ class CostTable:
                     band_hi_us=float(lat[j] * hi[j]),
                 )
         return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+
+    def in_model_factor(self, target_kind: str, op_class, warm_us: float) -> float:
+        """What a kernel predicted at ``warm_us`` (warm) is scaled by in-model: :attr:`in_model_factor_` of its op
+        class and warm-time bin (of all classes in that bin when the class has too few kernels there; 1 when the
+        profile has no in-model timing). A 1 us kernel loses relatively more to the L2 eviction than a 1 ms one:
+        on the Xeon the median ratio is 1.5 for 5-20 us kernels and 1.03 above 100 us."""
+        kind = kind_of_label(target_kind)
+        time_bin = int(np.searchsorted(IN_MODEL_BINS_US, warm_us)) if np.isfinite(warm_us) else len(IN_MODEL_BINS_US)
+        return self.in_model_factor_.get((kind, op_class, time_bin),
+                                         self.in_model_factor_.get((kind, None, time_bin), 1.0))
 
     @property
     def band_nominal(self) -> float:
