@@ -83,9 +83,10 @@ class OptimizeResult:
 
     def summary(self):
         """Per target: kernels (how many priced by measurement, how many predicted by the cost model),
-        ops, predicted compute time and memory, and ``cache``: ``"in-model"`` where the kernels were priced as
-        a model larger than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`); plus
-        copies (a DataFrame)."""
+        ops, predicted compute time and memory, and ``cache``: ``"in-context"`` where the kernels were priced by
+        their times inside this model (:mod:`autoplace.profile.in_context`), ``"in-model"`` where as a model larger
+        than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`); plus copies (a
+        DataFrame)."""
         import pandas as pd
 
         from .cost_model.table import plan_band
@@ -93,6 +94,7 @@ class OptimizeResult:
         rows = []
         per = self.plan.per_target()
         in_model = self.view.graph.graph.get("in_model", {})
+        in_context = self.view.graph.graph.get("in_context", {})
         for t in self.targets:
             info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
             units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
@@ -103,7 +105,8 @@ class OptimizeResult:
                              ops=sum(len(self.view.members[u]) for u in units),
                              compute_us=info["compute_us"], compute_lo_us=own["band_lo_us"],
                              compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6,
-                             cache="in-model" if in_model.get(self.targets[t].kind) else "warm"))
+                             cache=("in-context" if in_context.get(self.targets[t].kind)
+                                    else "in-model" if in_model.get(self.targets[t].kind) else "warm")))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
                          compute_us=sum(c.latency_us for c in copies), compute_lo_us=None, compute_hi_us=None,
@@ -363,7 +366,8 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
 
     assignment = units.op_assignment(plan.assignment, graph)
     placement = Placement.from_assignment(model, graph, assignment, targets)
-    predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement)
+    predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement,
+                                                        in_context=units.graph.graph["in_context"].get(targets.host.kind, False))
     timings["total_s"] = time.perf_counter() - started
     return OptimizeResult(placement, plan, problem, units, assignment, targets, predicted_us, model.name, costs,
                           timings)
@@ -382,8 +386,9 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
                     progress: bool = True):
     """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
     them with ``redo``; for a model larger than the L2 here, also the CPU kernels measured without an in-model
-    timing, :mod:`autoplace.profile.cache_state`) and the copy costs and VM call overheads it lacks; return
-    ``costs`` with the new records.
+    timing, :mod:`autoplace.profile.cache_state`), the model's kernels inside its runs where no record has them
+    (:mod:`autoplace.profile.in_context`: the model built on each target kind here), and the copy costs and VM
+    call overheads it lacks; return ``costs`` with the new records.
 
     Measurements go to :func:`autoplace.profile.measured_here_dir`. If the harness cannot run here
     (e.g. a script without a main guard), warn and return ``costs`` unchanged: the cost model prices
@@ -397,7 +402,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     from .errors import CopyCostError, ProfilingError
     from .profile import ProfileStore, measured_here_dir
     from .profile.cache_state import l2_bytes, model_touches_more_than_l2
-    from .profile.job import measure_kernels
+    from .profile.job import measure_in_context, measure_kernels
 
     runnable = [t for t in targets if t not in targets.unavailable()]
     here_kinds = {targets[t].kind for t in runnable}
@@ -426,12 +431,18 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
                 own.copy_cost(targets[src].label, targets[dst].label)
             except CopyCostError:
                 copies = True
-    if not missing and not copies:
+    # The model's kernels timed inside its runs, on each kind here (one build per kind; in_context).
+    context = {kind: units for kind, units in kernels.items()
+               if kind in here_kinds and units and (redo or own.in_context_times(units, kind) is None)}
+    if not missing and not copies and not context:
         return costs
     store = ProfileStore(measured_here_dir())
     try:
-        measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
-                        progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS)
+        if missing or copies:
+            measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
+                            progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS)
+        if context:
+            measure_in_context(model, graph, context, targets, store, progress=progress)
     except ProfilingError as err:
         warnings.warn(f"measure='auto' could not measure here, so the cost model prices the kernels the "
                       f"profiles lack: {err}", stacklevel=3)
@@ -463,11 +474,15 @@ def measured_on_this_machine(costs):
     return costs if bool(here.all()) else CostTable(records[here])
 
 
-def invoke_us(costs, targets: TargetSet, placement: Placement) -> float:
+def invoke_us(costs, targets: TargetSet, placement: Placement, *, in_context: bool = False) -> float:
     """The VM's fixed cost of one call of ``main`` on the host, besides kernels and copies (0 when the
-    cost table has no measurement of it). It does not depend on the placement."""
+    cost table has no measurement of it). It does not depend on the placement; ``in_context``: besides
+    host kernels priced by their in-context times (:meth:`CostTable.invoke_us`)."""
     invoke = getattr(costs, "invoke_us", None)
     if invoke is None:
         return 0.0
-    return float(invoke(targets.host.label, 0.0, num_args=len(placement.mod["main"].params),
-                        output_bytes=placement.graph.nodes["output"].get("output_bytes", 0)))
+    call = dict(num_args=len(placement.mod["main"].params),
+                output_bytes=placement.graph.nodes["output"].get("output_bytes", 0))
+    if in_context:
+        call["in_context"] = True
+    return float(invoke(targets.host.label, 0.0, **call))

@@ -32,7 +32,8 @@ def test_optimized_plan_builds_runs_and_matches(name, zoo_models, reference_outp
     graph = result.view.graph
     kernels_us = sum(graph.nodes[u]["latency_us"][result.plan.assignment[u]] for u in result.view.members)
     copies_us = sum(c.latency_us for c in result.plan.copies)
-    invoke_us = autoplace.optimizer.invoke_us(result.costs, result.targets, result.placement)
+    invoke_us = autoplace.optimizer.invoke_us(result.costs, result.targets, result.placement,
+                                              in_context=graph.graph["in_context"][result.targets.host.kind])
     assert invoke_us > 0 and kernels_us > 0
     assert result.predicted_us == pytest.approx(kernels_us + copies_us + invoke_us, rel=1e-9)
 

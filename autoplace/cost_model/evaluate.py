@@ -306,7 +306,7 @@ def leave_one_family_out(
                 pure_in = in_model_fits.get("pure") if in_model else None
                 if in_model:
                     table.in_model_model = in_model_fits["look"]
-                look_df = table.latencies(recs, kind, in_model=in_model)
+                look_df = table.latencies(recs, kind, in_model=in_model, in_context=False)
                 pred_look = dict(zip(distinct, look_df["latency_us"]))
                 source = dict(zip(distinct, look_df["source"]))
                 meas = np.array([measured[k] for k in distinct])

@@ -47,7 +47,7 @@ UNSUPPORTED = "unsupported"
 
 #: Columns of :meth:`CostTable.latencies`.
 LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us",
-                   "in_model"]
+                   "in_model", "in_context"]
 
 #: Rules for adding per-kernel error bands up to a plan's band (:func:`plan_band`):
 #:
@@ -81,7 +81,7 @@ MIN_OVERHEAD_RUNS = 8
 OVERHEAD_FIT_SCALE = 0.02
 
 
-def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | None:
+def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context: bool = False) -> dict | None:
     """The VM's overhead on a target kind, fitted to the profile's end-to-end records.
 
     A model built on one device takes ``invoke + calls * launch + (args - 1) * per_arg + sum of its
@@ -100,6 +100,10 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | Non
         Target kind (``"llvm"``).
     probe : dict
         ``invoke_us``, ``launch_us``, ``per_arg_us``, ``alloc_us_per_byte`` from the probes.
+    in_context : bool
+        Fit the overhead left besides the kernels timed inside the model (each record's ``in_context_us``,
+        :mod:`autoplace.profile.in_context`): what a model priced by its in-context times adds. Only the records
+        that carry them count.
 
     Returns
     -------
@@ -123,16 +127,23 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict) -> dict | Non
     for _, run in model_runs(records, kind).iterrows():
         keys = run.get("unit_keys")
         e2e, args = run.get("median_us"), run.get("num_args")
+        if not (np.isfinite(e2e) and e2e > 0 and args is not None and np.isfinite(args)):
+            continue
+        out_bytes = run.get("output_bytes", 0)
+        out_bytes = float(out_bytes) if out_bytes is not None and np.isfinite(out_bytes) else 0.0
+        alloc_us = probe.get("alloc_us_per_byte", 0.0) * out_bytes
+        if in_context:
+            times = run.get("in_context_us")
+            if not isinstance(keys, list) or not keys or not isinstance(times, list) or len(times) != len(keys):
+                continue
+            rows.append((float(e2e), float(np.sum(times)) + alloc_us, len(keys), max(0.0, float(args) - 1)))
+            continue
         if not isinstance(keys, list) or not keys or any(str(k) not in measured for k in keys):
             continue
         times = measured
         if in_model and model_touches_more_than_l2([by_key[str(k)] for k in keys], l2):
             times = {k: in_model.get(k, us) for k, us in measured.items()}  # as the cost table prices it
-        if not (np.isfinite(e2e) and e2e > 0 and args is not None and np.isfinite(args)):
-            continue
-        out_bytes = run.get("output_bytes", 0)
-        out_bytes = float(out_bytes) if out_bytes is not None and np.isfinite(out_bytes) else 0.0
-        kernels = sum(times[str(k)] for k in keys) + probe.get("alloc_us_per_byte", 0.0) * out_bytes
+        kernels = sum(times[str(k)] for k in keys) + alloc_us
         rows.append((float(e2e), kernels, len(keys), max(0.0, float(args) - 1)))
     if len(rows) < MIN_OVERHEAD_RUNS or sum(r[2] > 1 for r in rows) < 3:
         return None
@@ -210,6 +221,9 @@ class CostTable:
         #: in-model: what a predicted (warm) kernel is scaled by in a model that runs in-model
         #: (:meth:`in_model_factor`).
         self.in_model_factor_: dict = {}
+        #: ``{(kind, unit keys in launch order): [us per launch]}``: a model's kernels timed inside its runs
+        #: (``in_context_us`` of ``model`` and ``context`` records, :mod:`autoplace.profile.in_context`).
+        self.in_context_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
@@ -218,6 +232,9 @@ class CostTable:
         self.copy_: dict = {}
         #: ``{device label: fit_vm_overhead(...)}`` where the end-to-end records replaced the probes.
         self.overhead_fit_: dict = {}
+        #: ``{device label: fit_vm_overhead(..., in_context=True)}``: the VM's overhead besides kernels timed in
+        #: context (:meth:`launch_us` and :meth:`invoke_us` with ``in_context=True``).
+        self.overhead_fit_in_context_: dict = {}
         if not df.empty and "kind" in df:
             status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
             for (_, rec), st in zip(df[df["kind"] == "unit"].iterrows(), status[df["kind"] == "unit"]):
@@ -237,6 +254,7 @@ class CostTable:
                 elif st != "ok" and tag not in self.measured_:
                     self.unsupported_[tag] = str(st)
             self._fit_in_model_factors(df)
+            self._read_in_context(df)
             for _, rec in df[df["kind"] == "launch"].iterrows():
                 if np.isfinite(rec.get("median_us", np.nan)):
                     self.launch_[str(rec["target"])] = float(rec["median_us"])
@@ -275,6 +293,24 @@ class CostTable:
         self.in_model_factor_ = {group: float(np.median(list(r.values()))) for group, r in ratios.items()
                                  if group[1] is None or len(r) >= IN_MODEL_MIN_KERNELS}
 
+    def _read_in_context(self, df: pd.DataFrame) -> None:
+        """:attr:`in_context_` from the ``model`` and ``context`` records that carry ``in_context_us``."""
+        if "in_context_us" not in df:
+            return
+        for _, rec in df[df["kind"].isin(["model", "context"])].iterrows():
+            keys, times = rec.get("unit_keys"), rec.get("in_context_us")
+            if (isinstance(keys, list) and isinstance(times, list) and keys and len(keys) == len(times)
+                    and all(np.isfinite(t) and t >= 0 for t in times)):
+                self.in_context_[(str(rec["target"]), tuple(str(k) for k in keys))] = [float(t) for t in times]
+
+    def in_context_times(self, units, target_kind: str) -> list | None:
+        """The in-context times of a model's kernels (all of them, in launch order) on a target kind, None when
+        no record has them."""
+        if isinstance(units, pd.DataFrame):
+            units = [row for _, row in units.iterrows()]
+        keys = tuple(str(u.key if hasattr(u, "prim_func") else u.get("key", "")) for u in units)
+        return self.in_context_.get((kind_of_label(target_kind), keys))
+
     def runs_in_model(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels (all of them, in launch order) is priced in-model on a target kind:
         it touches more bytes per call than the L2 that timed its kernels
@@ -295,6 +331,9 @@ class CostTable:
                          launch_us=float(np.mean([self.launch_[k] for k in mine])),
                          per_arg_us=float(np.mean([self.per_arg_.get(k, 0.0) for k in mine])),
                          alloc_us_per_byte=float(np.mean([self.alloc_.get(k, 0.0) for k in mine])))
+            fit_in_context = fit_vm_overhead(df, kind, probe, in_context=True)
+            if fit_in_context is not None:
+                self.overhead_fit_in_context_.update({label: dict(fit_in_context, probe=probe) for label in mine})
             fit = fit_vm_overhead(df, kind, probe)
             if fit is None:
                 continue
@@ -399,7 +438,7 @@ class CostTable:
         return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
 
     def latencies(self, units, target_kind: str | None = None, *, graph=None,
-                  in_model: bool | None = None) -> pd.DataFrame:
+                  in_model: bool | None = None, in_context: bool = True) -> pd.DataFrame:
         """:meth:`unit_latency_us` for many units at once (one model call), with error bands.
 
         ``in_model``: price the kernels as a model larger than the L2 runs them (weights from L3 or memory,
@@ -408,6 +447,10 @@ class CostTable:
         without one scaled by the measured in-model / warm ratio of its op class and size
         (:meth:`in_model_factor`). Default (None): when ``units`` (taken as one model's kernels)
         :meth:`runs_in_model`, per target kind.
+
+        ``in_context`` (default True): when ``units`` are all the kernels of a model on a target kind, in launch
+        order, and the profile timed them inside that model (:attr:`in_context_`), each is priced by its
+        in-context time (measured, exact band); ``in_model`` then plays no part for that kind.
 
         Returns
         -------
@@ -418,7 +461,7 @@ class CostTable:
             ``latency_us`` for a measured kernel (and ``inf`` for an unsupported one); for a predicted one
             the prediction times the model's calibrated factors (:meth:`CostModel.band_factors`); NaN where
             the model has no band table (never calibrated, or saved before bands existed): unknown.
-            ``in_model``: whether the row was priced in-model.
+            ``in_model``: whether the row was priced in-model; ``in_context``: whether by its in-context time.
         """
         if isinstance(units, pd.DataFrame):
             recs = as_records(units)
@@ -430,14 +473,22 @@ class CostTable:
         rows, todo = [], []
         targets_of = [kind_of_label(target_kind) if target_kind else kind_of_label(rec.get("target", "") or "")
                       for rec in recs]
+        context_of = {t: (self.in_context_times([r for r, k in zip(recs, targets_of) if k == t], t)
+                          if in_context and self.in_context_ else None) for t in set(targets_of)}
         in_model_of = {t: (self.runs_in_model([r for r, k in zip(recs, targets_of) if k == t], t)
-                           if in_model is None else bool(in_model)) for t in set(targets_of)}
+                           if in_model is None else bool(in_model)) and context_of[t] is None
+                       for t in set(targets_of)}
+        position = dict.fromkeys(context_of, 0)
         for i, (rec, target) in enumerate(zip(recs, targets_of)):
             key = str(rec.get("key", ""))
             row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[],
                        op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan,
-                       in_model=in_model_of[target])
-            if (key, target) in self.measured_:
+                       in_model=in_model_of[target], in_context=context_of[target] is not None)
+            if row["in_context"]:
+                us = context_of[target][position[target]]
+                position[target] += 1
+                row.update(latency_us=us, source=MEASURED, band_lo_us=us, band_hi_us=us)
+            elif (key, target) in self.measured_:
                 us = self.measured_[(key, target)]
                 if row["in_model"]:
                     us = self.measured_in_model_.get((key, target), us)
@@ -516,13 +567,16 @@ class CostTable:
         return plan_band(rows, fixed_us=fixed_us, how=how, nominal=self.band_nominal)
 
     # -- launches and copies -------------------------------------------------------------------------
-    def launch_us(self, target_label: str, default: float | None = None) -> float:
+    def launch_us(self, target_label: str, default: float | None = None, *, in_context: bool = False) -> float:
         """VM overhead of one kernel call on a device (``"llvm:0"``), in microseconds.
 
         A device without its own record takes the mean over devices of the same kind; with none of
-        its kind either, ``default`` is returned if given, else ``KeyError`` is raised.
+        its kind either, ``default`` is returned if given, else ``KeyError`` is raised. ``in_context``: the
+        overhead besides kernels priced by their in-context times (fitted where the profile has them).
         """
         label = str(target_label)
+        if in_context and label in self.overhead_fit_in_context_:
+            return self.overhead_fit_in_context_[label]["launch_us"]
         if label in self.launch_:
             return self.launch_[label]
         same = [v for k, v in self.launch_.items() if kind_of_label(k) == kind_of_label(label)]
@@ -536,12 +590,16 @@ class CostTable:
         )
 
     def invoke_us(self, target_label: str, default: float | None = None, *, num_args: int = 1,
-                  output_bytes: int = 0) -> float:
+                  output_bytes: int = 0, in_context: bool = False) -> float:
         """Fixed VM cost of one call of a model's ``main`` on a device, in microseconds (besides its
         kernel launches): the launch record's ``single_call_us`` less one launch, plus ``per_arg_us``
         for each argument beyond the first and ``alloc_us_per_byte`` for the returned tensors (where
         the profile measured them). Same fallbacks as :meth:`launch_us`."""
         label = str(target_label)
+        if in_context and label in self.overhead_fit_in_context_:
+            fit = self.overhead_fit_in_context_[label]
+            return (fit["invoke_us"] + fit["per_arg_us"] * max(0, int(num_args) - 1)
+                    + self.alloc_.get(label, 0.0) * max(0, int(output_bytes)))
         if label not in self.invoke_:
             same = sorted(k for k in self.invoke_ if kind_of_label(k) == kind_of_label(label))
             if not same:

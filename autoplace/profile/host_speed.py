@@ -111,7 +111,8 @@ class HostSpeed:
         Returns
         -------
         dict
-            ``kept_us`` (the samples kept), ``all_us`` (every sample), ``host_slowdown`` (the median slowdown
+            ``kept_us`` (the samples kept), ``all_us`` (every sample), ``kept_index`` (where the kept ones are in
+            ``all_us``), ``host_slowdown`` (the median slowdown
             of the samples kept) and ``canary_us`` (their median canary).
         """
         if self.in_slow_phase:
@@ -125,10 +126,10 @@ class HostSpeed:
                 break
         self.in_slow_phase = calm < wanted
         calmest = min(c for c, _ in pairs)
-        kept = [(c, v) for c, v in pairs if c <= calmest * CALM]
-        canary = float(np.median([c for c, _ in kept]))
-        return dict(kept_us=[v for _, v in kept], all_us=[v for _, v in pairs], canary_us=canary,
-                    host_slowdown=canary / self.best_us)
+        kept_index = [i for i, (c, _) in enumerate(pairs) if c <= calmest * CALM]
+        canary = float(np.median([pairs[i][0] for i in kept_index]))
+        return dict(kept_us=[pairs[i][1] for i in kept_index], all_us=[v for _, v in pairs], kept_index=kept_index,
+                    canary_us=canary, host_slowdown=canary / self.best_us)
 
     def report(self, always: bool = True) -> str:
         """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran

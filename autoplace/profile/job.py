@@ -38,6 +38,7 @@ from .cache_state import IN_MODEL_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
 from .host_speed import HostSpeed, best_canary_us
+from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
 from .store import SUCCESS, ProfileStore
 from .units import extract_units
@@ -95,8 +96,22 @@ def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, 
     """
     placement = placement or model_placement(model, graph, targets, name)
     inputs = model.random_inputs() if inputs is None else inputs
-    return dict(model_fields(model, units, placement, kind), measured_at=_now(),
-                **time_end_to_end(placement.runner, inputs, kind, repeat=repeat, speed=speed))
+    timing = time_end_to_end(placement.runner, inputs, kind, repeat=repeat, speed=speed)
+    if timing.get("status") == "ok":
+        timing.update(in_context(placement, inputs, units, speed=speed))
+    return dict(model_fields(model, units, placement, kind), measured_at=_now(), **timing)
+
+
+def in_context(placement, inputs, units, *, speed: HostSpeed | None = None) -> dict:
+    """The ``in_context_*`` fields of a model built on one target (:func:`~autoplace.profile.in_context.time_in_context`
+    on its build), or ``in_context_error`` saying why there are none."""
+    runner = placement.runner
+    try:
+        args = runner.device_inputs(inputs) + list(runner.weights)
+        return time_in_context(placement.build(), runner.targets.devices, args, units, speed=speed)
+    except Exception as err:  # a model that cannot be instrumented keeps its end-to-end timing
+        return dict(in_context_error=str(err).strip().splitlines()[-1][:300] if str(err).strip() else repr(err),
+                    in_context_timing=IN_CONTEXT_TIMING)
 
 
 def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7, speed: HostSpeed | None = None,
@@ -185,6 +200,17 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
         merged.update(in_model_median_us=float(np.median(fastest_rounds(in_model))),
                       round_in_model_medians_us=in_model,
                       in_model_min_us=float(min(previous.get("in_model_min_us", np.inf), timing["in_model_min_us"])))
+    if "in_context_us" in timing:  # the model's kernels timed in context: the rounds of the fastest sums
+        earlier = previous.get("round_in_context_us")
+        if earlier is None:
+            same = previous.get("in_context_timing") == timing.get("in_context_timing")
+            earlier = [previous["in_context_us"]] if same and "in_context_us" in previous else []
+        earlier = [list(r) for r in earlier if len(r) == len(timing["in_context_us"])]
+        in_context = earlier + [[float(v) for v in timing["in_context_us"]]]
+        sums = [float(np.sum(r)) for r in in_context]
+        fastest = [r for r, total in zip(in_context, sums) if total in fastest_rounds(sums)]
+        merged.update(in_context_us=[float(v) for v in np.median(np.array(fastest), axis=0)],
+                      round_in_context_us=in_context)
     return merged
 
 
@@ -225,6 +251,13 @@ def _without_in_model_timing(store: ProfileStore, done: set) -> set:
     return {tag for tag, record in store.newest_good().items()
             if tag[0] == "unit" and tag[2] == "llvm" and tag in done
             and record.get("in_model_timing") != IN_MODEL_TIMING}
+
+
+def _without_in_context_timing(store: ProfileStore, done: set) -> set:
+    """Tags of ``done`` model records timed before their kernels were timed in context the current way
+    (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`): they are timed again, end to end and in context."""
+    return {tag for tag, record in store.newest_good().items()
+            if tag[0] == "model" and tag in done and record.get("in_context_timing") != IN_CONTEXT_TIMING}
 
 
 def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
@@ -390,6 +423,38 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     return dict(summary, seconds=time.perf_counter() - started)
 
 
+def measure_in_context(model, graph, units_by_kind: dict, targets, store: ProfileStore, *,
+                       progress: bool = True) -> dict:
+    """Time the kernels of one model inside its runs (:mod:`.in_context`), built on each target kind of
+    ``units_by_kind`` this machine can run; a ``context`` record per kind (no end-to-end latency) goes to
+    ``store``. What :func:`autoplace.optimize` calls with ``measure="auto"`` for a model the profiles have no
+    in-context times of. Returns ``{kind: record}``.
+
+    Raises
+    ------
+    ProfilingError
+        As :func:`profile_models` (a folder of other hardware, a record that cannot be written).
+    """
+    from .in_context import in_context_record
+
+    refuse_in_spawn_bootstrap("autoplace.optimize(measure='auto')")
+    targets = TargetSet(targets)
+    _check_folder_is_this_machine(store)
+    kinds = {}
+    for name in targets:
+        if name not in targets.unavailable():
+            kinds.setdefault(targets[name].kind, name)
+    todo = [(kind, units) for kind, units in units_by_kind.items() if kind in kinds and units]
+    out = {}
+    with store.lock(log=lambda message: None):
+        speed = HostSpeed(best_canary_us(store.records())) if any(kind == "llvm" for kind, _ in todo) else None
+        for kind, units in tqdm(todo, desc="kernels in context", unit="target", disable=not progress):
+            placement = model_placement(model, graph, targets, kinds[kind])
+            timing = in_context(placement, model.random_inputs(), units, speed=speed if kind == "llvm" else None)
+            out[kind] = _append(store, in_context_record(model.name, units, kind, timing))
+    return out
+
+
 def extract_models(models: Iterable, targets, kinds: dict) -> list:
     """``[(model, op graph, {target kind: [Unit]})]`` for each model (or ``(name, model)``), its kernels
     extracted for the target profiling each kind (``kinds``: ``{kind: target name}``)."""
@@ -412,7 +477,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             untimed_in_model = _without_in_model_timing(store, done) if "llvm" in kinds else set()
-            done -= untimed_in_model
+            untimed_in_context = _without_in_context_timing(store, done) if end_to_end else set()
+            done -= untimed_in_model | untimed_in_context
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
@@ -433,7 +499,9 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; not on this machine: {skipped}" if skipped else "")
                 + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else "")
                 + (f"; {len(untimed_in_model & set(seen))} CPU kernels timed again because their records lack "
-                   f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else ""))
+                   f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else "")
+                + (f"; {len(model_runs)} models timed end to end, {len(untimed_in_context)} of them again to time "
+                   f"their kernels in context ({IN_CONTEXT_TIMING})" if untimed_in_context else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
@@ -594,7 +662,7 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
     for model, graph, by_kind in extracted:
         for kind, kind_units in by_kind.items():
             if end_to_end and ("model", model.name, kind) in newest:
-                models.append((("model", model.name, kind), model, graph, kinds[kind], kind))
+                models.append((("model", model.name, kind), model, graph, kinds[kind], kind, kind_units))
             for unit in kind_units:
                 tag = ("unit", unit.key, kind)
                 if tag in newest and tag not in seen:
@@ -613,11 +681,12 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
             if result.get("status") == "ok":
                 newest[tag] = _append(store, merge_rounds(newest[tag], dict(result, **now)))
         behind = [item for item in models if int(newest[item[0]].get("rounds", 1)) < round_]
-        for tag, model, graph, name, kind in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
+        for tag, model, graph, name, kind, kind_units in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
             timing = time_end_to_end(placement.runner, inputs, kind, speed=speed if kind == "llvm" else None)
             if timing.get("status") == "ok":
+                timing.update(in_context(placement, inputs, kind_units, speed=speed if kind == "llvm" else None))
                 newest[tag] = _append(store, merge_rounds(newest[tag], {"host_slowdown": None, **timing}))
     timer.forget_kept()
 
