@@ -55,7 +55,8 @@ def plan(spec: str, measure: str = "auto") -> tuple[dict, object, list]:
         row["measure_and_plan_s"] = time.perf_counter() - start
         summary = result.summary()
         row.update(kernels=int(summary.loc["cpu", "kernels"]), measured_kernels=int(summary.loc["cpu", "measured"]),
-                   predicted_kernels=int(summary.loc["cpu", "predicted"]), predicted_us=float(result.predicted_us))
+                   predicted_kernels=int(summary.loc["cpu", "predicted"]), predicted_us=float(result.predicted_us),
+                   cache=str(summary.loc["cpu", "cache"]))
         placement = result.placement
         inputs = model.random_inputs(seed=0)
         placement.run(*inputs)  # built now, and it runs

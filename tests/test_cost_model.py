@@ -547,3 +547,22 @@ def test_vm_overheads_are_refitted_to_end_to_end_records():
     few = CostTable(_overhead_records(MIN_OVERHEAD_RUNS - 1))
     assert few.launch_us("llvm:0") == pytest.approx(0.2) and few.invoke_us("llvm:0", num_args=11) == pytest.approx(2.55)
     assert few.overhead_fit_ == {}
+
+
+def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
+    """Model records that also carry their kernels' in-context times (each kernel here 1.25x its warm time, the
+    VM's overhead besides them 2 us + 0.05 us per launch) give a second fit, used with ``in_context=True``."""
+    records = _overhead_records(30)
+    warm = dict(zip(records["key"], records["median_us"]))
+    models = records["kind"] == "model"
+    records["in_context_us"] = None
+    records.loc[models, "in_context_us"] = pd.Series([[1.25 * warm[k] for k in keys]
+                                                      for keys in records.loc[models, "unit_keys"]],
+                                                     index=records.index[models])
+    records.loc[models, "median_us"] = [sum(ic) + 2.0 + 0.05 * len(ic) for ic in records.loc[models, "in_context_us"]]
+    table = CostTable(records)
+    assert table.overhead_fit_in_context_["llvm:0"]["runs"] == 30
+    assert table.launch_us("llvm:0", in_context=True) == pytest.approx(0.05, abs=0.01)
+    assert table.invoke_us("llvm:0", in_context=True) == pytest.approx(2.0, rel=0.05)
+    assert table.launch_us("llvm:0") > 0.1  # the warm fit absorbs what warm times miss
+    assert CostTable(_overhead_records(30)).overhead_fit_in_context_ == {}  # no in-context times: no such fit

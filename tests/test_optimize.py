@@ -181,7 +181,7 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     never = autoplace.optimize(model, None, TWO, measure="never")
     counts = never.summary()
     assert counts.loc["cpu0", "predicted"] == counts.loc["cpu0", "kernels"] >= 1
-    assert counts.loc["cpu0", "measured"] == 0
+    assert counts.loc["cpu0", "measured"] == 0 and counts.loc["cpu0", "cache"] == "warm"
 
     before = _lines(records)
     auto = autoplace.optimize(model, None, TWO)  # measure="auto" is the default
@@ -197,6 +197,16 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     summary = auto.summary()
     assert summary.loc["cpu0", "measured"] == summary.loc["cpu0", "kernels"] >= 1
     assert summary.loc["cpu0", "predicted"] == 0
+    # ... and the model's kernels timed inside its runs (one context record: both targets are one kind), which
+    # price them
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    contexts = [r for (kind, _, _), r in ProfileStore(measured_here_dir()).newest_good().items()
+                if kind == "context" and r.get("model") == model.name]
+    assert len(contexts) == 1 and contexts[0]["in_context_timing"] == IN_CONTEXT_TIMING
+    assert summary.loc["cpu0", "cache"] == "in-context"
+    assert auto.view.graph.nodes[next(iter(auto.view.members))]["latency_us"]["cpu0"] == pytest.approx(
+        contexts[0]["in_context_us"][0] + auto.costs.launch_us("llvm:0", in_context=True))
 
     again = autoplace.optimize(model, None, TWO)
     assert _lines(records) == after  # cached: the second call measures nothing
@@ -207,12 +217,15 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
     """A kernel measured here before in-model timing existed still prices a model that fits the L2; for a model
     larger than the L2 (here: a 64-byte L2; the model writes 148 bytes) ``measure="auto"`` times it again, warm and in-model, and prices it
     in-model."""
+    import autoplace.profile.job
     from autoplace.profile import ProfileStore, cache_state, extract_units
     from autoplace.profile.hardware import measured_by
 
     model = _never_profiled_model()
     cache = tmp_path / "cache"
     monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
+    # in-model pricing is what the model's in-context times (measured by default) would replace
+    monkeypatch.setattr(autoplace.profile.job, "measure_in_context", lambda *args, **kwargs: {})
     mine = ProfileStore(str(cache / measured_by()["hardware_id"]))
     for unit in extract_units(model, "llvm"):
         mine.append(dict(kind="unit", key=unit.key, target="llvm", status="ok", median_us=1e4,

@@ -389,10 +389,64 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert list(cold["latency_us"]) == [15.0, 2.0, 2.0, 30.0] and cold["in_model"].all()
     assert list(cold["source"]) == ["measured"] * 3 + ["predicted"]
     assert list(table.latencies(big, "llvm", in_model=False)["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
+    # A model whose kernels were timed inside it (a record with the same kernels in the same launch order) is
+    # priced by those times, in-model or not; another order, or in_context=False, is priced as before.
+    timed = CostTable(pd.DataFrame(records + [dict(kind="model", key="m", target="llvm", status="ok", median_us=60.0,
+                                                   unit_keys=["a", "b", "b", "a2"], in_context_us=[12, 3, 2.5, 31])]),
+                      model=Warm())
+    ctx = timed.latencies(big, "llvm")
+    assert list(ctx["latency_us"]) == [12, 3, 2.5, 31] and ctx["in_context"].all() and not ctx["in_model"].any()
+    assert list(ctx["source"]) == ["measured"] * 4 and list(ctx["band_hi_us"]) == [12, 3, 2.5, 31]
+    assert list(timed.latencies(big[::-1], "llvm")["latency_us"]) == [30.0, 2.0, 2.0, 15.0]
+    assert list(timed.latencies(big, "llvm", in_context=False)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
     # A profile without in-model timings prices everything warm.
     plain = CostTable(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith(("in_model", "l2"))}
                                     for r in records]), model=Warm())
     assert list(plain.latencies(big, "llvm")["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
+
+
+def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_again(tmp_path):
+    """A model record also carries each kernel's time inside the model's runs (the VM's instrument hook): one per
+    launch, in launch order, together about the end-to-end latency; rounds merged; a job times again the
+    models whose record predates it."""
+    import numpy as np
+
+    from autoplace.profile import profile_models
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    store = ProfileStore(str(tmp_path / "p"))
+    model = zoo.parse("mlp-base")  # 3 matmul kernels, about 3 ms
+    keys = [u.key for u in extract_units(model, "llvm")]
+    store.append(dict(kind="model", key=model.name, target="llvm", status="ok", median_us=5.0, unit_keys=keys))
+    profile_models([model], {"cpu": "llvm"}, store, copies=False, rounds=2, progress=False)
+    record = store.newest_good()[("model", model.name, "llvm")]
+    assert record["in_context_timing"] == IN_CONTEXT_TIMING and record["unit_keys"] == keys
+    assert record["median_us"] > 100 and record["rounds"] == 2  # timed again, in two rounds
+    assert len(record["in_context_us"]) == len(keys) and all(t > 0 for t in record["in_context_us"])
+    assert [len(r) for r in record["round_in_context_us"]] == [len(keys)] * 2
+    assert record["in_context_us"] == pytest.approx(
+        list(np.median(record["round_in_context_us"], axis=0)) if max(map(sum, record["round_in_context_us"]))
+        <= 1.1 * min(map(sum, record["round_in_context_us"])) else record["in_context_us"])
+    assert 0.7 * record["median_us"] < sum(record["in_context_us"]) < 1.3 * record["median_us"]
+    assert record["in_context_runs"] >= 5 and 0 < record["in_context_floor_us"] < 5
+
+
+def test_in_context_calls_are_matched_to_the_units_in_launch_order():
+    """The VM's calls of one run, its allocation builtins skipped, are the units' kernels in order; a unit the VM
+    build made a view is its reshape builtin; any other call sequence is refused."""
+    from types import SimpleNamespace
+
+    from autoplace.profile.in_context import align_calls, context_key
+
+    units = [SimpleNamespace(func_name=n) for n in ("matmul", "reshape1", "fused_add_relu")]
+    calls = ["vm.builtin.check_tensor_info", "vm.builtin.alloc_storage", "vm.builtin.alloc_tensor", "matmul",
+             "vm.builtin.null_value", "vm.builtin.reshape", "vm.builtin.alloc_tensor", "fused_add_relu"]
+    assert align_calls(calls, units) == [3, 5, 7]
+    with pytest.raises(ValueError, match="2 kernels for 3 units"):
+        align_calls(calls[:-1], units)
+    with pytest.raises(ValueError, match="'softmax' where the units have 'fused_add_relu'"):
+        align_calls(calls[:-1] + ["softmax"], units)
+    assert context_key(["a", "b"], "llvm") != context_key(["b", "a"], "llvm") != context_key(["b", "a"], "cuda")
 
 
 def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():

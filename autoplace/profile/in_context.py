@@ -8,8 +8,12 @@ kernel sums of 9 base models 2-10% off their end-to-end latency, of both signs (
 ``VirtualMachine.set_instrument`` reading a clock before and after every call the VM makes - each kernel is
 timed in the cache state it really meets.
 
-What one reading adds: the hook's own Python call and return, about 0.4 us on the Xeon, read from the VM's
-no-op calls (``vm.builtin.null_value``) of the same runs and taken off every kernel (``in_context_floor_us``).
+What one reading adds: the hook's own Python call and return, about 0.35 us on the Xeon, read from the VM's
+no-op calls (``vm.builtin.null_value``) of the same runs (``in_context_floor_us``), and about 0.1 us more per
+argument of the call (each wrapped as a Python object for the hook: ``in_context_us_per_arg``, timed with a no-op
+Python function called through TVM's FFI), taken off every kernel. Each sample runs the model back to back for
+about 20 ms and leaves out its first run, which finds the caches as the host-speed canary (or whatever ran
+before) left them: timed one run after each canary, a 5 us model read 12 us.
 
 Used where the device is on this machine: the profiler times every ``model`` record's kernels in context
 (``in_context_us``, one value per kernel launch, in launch order) and ``optimize(measure="auto")`` times a new
@@ -26,13 +30,15 @@ import time
 import numpy as np
 
 #: Version of the in-context timing (records carry it as ``in_context_timing``; other versions are re-timed).
-IN_CONTEXT_TIMING = "vm-instrument/1"
+IN_CONTEXT_TIMING = "vm-instrument/2"
 #: The VM's call that does nothing: its readings are the hook's own cost.
 NO_OP_CALL = "vm.builtin.null_value"
 #: The VM's call a reshape kernel becomes (a view: ``RewriteDataflowReshape`` in the VM build).
 RESHAPE_CALL = "vm.builtin.reshape"
-#: Runs of the model kept (the calm ones when the host-speed canary is given).
-DEFAULT_RUNS = 15
+#: Samples kept (the calm ones when the host-speed canary is given), each of back-to-back runs of the model.
+DEFAULT_SAMPLES = 7
+#: Most runs in one sample (a model of a few microseconds runs this many times in its 20 ms).
+MAX_RUNS_PER_SAMPLE = 200
 
 
 def context_key(unit_keys, target_kind: str) -> str:
@@ -62,8 +68,31 @@ def align_calls(call_names: list[str], units) -> list[int]:
     return kernels
 
 
-def time_in_context(executable, devices, args: list, units, *, runs: int = DEFAULT_RUNS, speed=None,
-                    patience_s: float = 3.0) -> dict:
+def _hook_us_per_arg(args: list) -> float:
+    """What the hook's call costs more per argument it is handed (each wrapped as a Python object): a Python
+    no-op called through TVM's FFI with up to 8 of ``args`` against none, per argument (about 0.1 us)."""
+    import tvm_ffi
+
+    noop = tvm_ffi.convert(lambda *a: 0)
+    some = list(args[:8])
+    if not some:
+        return 0.0
+
+    def per_call_us(call_args) -> float:
+        best = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(200):
+                noop(*call_args)
+            best.append((time.perf_counter() - start) / 200 * 1e6)
+        return float(np.median(best))
+
+    per_call_us(some)  # warm up
+    return max(0.0, (per_call_us(some) - per_call_us([])) / len(some))
+
+
+def time_in_context(executable, devices, args: list, units, *, samples: int = DEFAULT_SAMPLES, speed=None,
+                    patience_s: float = 3.0, sample_ms: float = 20.0) -> dict:
     """Every kernel of one single-target build timed inside its runs.
 
     Parameters
@@ -76,17 +105,19 @@ def time_in_context(executable, devices, args: list, units, *, runs: int = DEFAU
         ``main``'s arguments on their devices (inputs, then weights).
     units : list of autoplace.profile.Unit
         The model's kernels on that target, in launch order (:func:`autoplace.profile.extract_units`).
-    runs : int
-        Runs of the model to keep (after two unrecorded ones).
+    samples : int
+        Samples to keep, each of back-to-back runs lasting about ``sample_ms`` (at least two runs; the first
+        run of each is left out: it finds the caches as whatever ran before the sample left them).
     speed : autoplace.profile.host_speed.HostSpeed, optional
-        Keep the runs made while the host ran calm (:meth:`HostSpeed.calm_samples`).
+        Keep the samples timed while the host ran calm (:meth:`HostSpeed.calm_samples`).
 
     Returns
     -------
     dict
         ``in_context_us`` (per unit, the median over the runs kept less the hook's cost), ``in_context_floor_us``
-        (that cost), ``in_context_runs``, ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``;
-        or ``in_context_error`` (why not) when the calls do not match the units.
+        (that cost for a call without arguments), ``in_context_us_per_arg`` (what each argument adds to it),
+        ``in_context_runs``, ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or
+        ``in_context_error`` (why not) when the calls do not match the units.
     """
     from tvm import relax
 
@@ -99,11 +130,11 @@ def time_in_context(executable, devices, args: list, units, *, runs: int = DEFAU
         if before_run:
             for d in syncs:
                 d.sync()
-            calls.append([str(name), clock()])
+            calls.append([str(name), len(call_args), clock()])
         else:
             for d in syncs:
                 d.sync()
-            calls[-1][1] = clock() - calls[-1][1]
+            calls[-1][2] = clock() - calls[-1][2]
         return 0
 
     vm.set_instrument(hook)
@@ -116,35 +147,44 @@ def time_in_context(executable, devices, args: list, units, *, runs: int = DEFAU
         main(*args)
         for d in syncs:
             d.sync()
-        recorded.append([(name, seconds * 1e6) for name, seconds in calls])
+        recorded.append([(name, nargs, seconds * 1e6) for name, nargs, seconds in calls])
         return (clock() - start) * 1e6
 
-    for _ in range(2):
-        one_run()
-    recorded.clear()
+    one_run()
+    number = int(min(MAX_RUNS_PER_SAMPLE, max(2, np.ceil(sample_ms * 1e3 / max(one_run(), 1.0)))))
+    per_sample: list = []
+
+    def one_sample() -> float:
+        recorded.clear()
+        walls = [one_run() for _ in range(number)]
+        per_sample.append(list(recorded[1:]))
+        return float(np.mean(walls[1:]))
+
     extra = {}
     if speed is None:
-        for _ in range(runs):
-            one_run()
-        kept = recorded
+        for _ in range(samples):
+            one_sample()
+        kept = [run for sample in per_sample for run in sample]
     else:
-        calm = speed.calm_samples(one_run, runs, patience_s)
-        kept = [recorded[i] for i in calm["kept_index"]]
+        calm = speed.calm_samples(one_sample, samples, patience_s)
+        kept = [run for i in calm["kept_index"] for run in per_sample[i]]
         extra = dict(in_context_host_slowdown=calm["host_slowdown"])
-    names = [name for name, _ in kept[0]]
+    names = [name for name, _, _ in kept[0]]
     try:
-        if any([name for name, _ in run] != names for run in kept):
+        if any([name for name, _, _ in run] != names for run in kept):
             raise ValueError("the runs made different calls")
         kernels = align_calls(names, units)
     except ValueError as err:
         return dict(in_context_error=str(err), in_context_timing=IN_CONTEXT_TIMING)
-    readings = np.array([[us for _, us in run] for run in kept])  # (runs, calls)
+    readings = np.array([[us for _, _, us in run] for run in kept])  # (runs, calls)
+    nargs = np.array([n for _, n, _ in kept[0]])
     no_op = [i for i, name in enumerate(names) if name == NO_OP_CALL]
     floor = float(np.median(readings[:, no_op])) if no_op else float(readings.min())
-    per_call = np.median(readings, axis=0)
-    times = np.maximum(per_call[kernels] - floor, 0.0)
-    return dict(in_context_us=[float(t) for t in times], in_context_floor_us=floor, in_context_runs=len(kept),
-                in_context_timing=IN_CONTEXT_TIMING, **extra)
+    per_arg = _hook_us_per_arg(args)
+    hook_us = floor + per_arg * np.maximum(nargs - (nargs[no_op[0]] if no_op else 0), 0)
+    times = np.maximum(np.median(readings, axis=0) - hook_us, 0.0)[kernels]
+    return dict(in_context_us=[float(t) for t in times], in_context_floor_us=floor, in_context_us_per_arg=per_arg,
+                in_context_runs=len(kept), in_context_timing=IN_CONTEXT_TIMING, **extra)
 
 
 def in_context_record(model_name: str, units, target_kind: str, timing: dict) -> dict:

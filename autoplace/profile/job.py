@@ -492,6 +492,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                         seen[tag] = unit
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
+            again = untimed_in_context & {("model", m.name, kind) for m, _, _, _, kind in model_runs}
             retagged = _retag_cpu_schedule(store, {tag: unit for tag, unit in seen.items() if tag in done})
             skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
@@ -500,8 +501,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else "")
                 + (f"; {len(untimed_in_model & set(seen))} CPU kernels timed again because their records lack "
                    f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else "")
-                + (f"; {len(model_runs)} models timed end to end, {len(untimed_in_context)} of them again to time "
-                   f"their kernels in context ({IN_CONTEXT_TIMING})" if untimed_in_context else ""))
+                + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
+                   f"their kernels in context ({IN_CONTEXT_TIMING})" if again else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
