@@ -552,6 +552,8 @@ def test_vm_overheads_are_refitted_to_end_to_end_records():
 def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     """Model records that also carry their kernels' in-context times (each kernel here 1.25x its warm time, the
     VM's overhead besides them 2 us + 0.05 us per launch) give a second fit, used with ``in_context=True``."""
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
     records = _overhead_records(30)
     warm = dict(zip(records["key"], records["median_us"]))
     models = records["kind"] == "model"
@@ -560,6 +562,7 @@ def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
                                                       for keys in records.loc[models, "unit_keys"]],
                                                      index=records.index[models])
     records.loc[models, "median_us"] = [sum(ic) + 2.0 + 0.05 * len(ic) for ic in records.loc[models, "in_context_us"]]
+    records["in_context_timing"] = IN_CONTEXT_TIMING
     table = CostTable(records)
     assert table.overhead_fit_in_context_["llvm:0"]["runs"] == 30
     assert table.launch_us("llvm:0", in_context=True) == pytest.approx(0.05, abs=0.01)

@@ -113,6 +113,7 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
     """
     import scipy.optimize
 
+    from ..profile.in_context import IN_CONTEXT_TIMING
     from .evaluate import model_runs
 
     if records.empty or "kind" not in records or "unit_keys" not in records:
@@ -134,6 +135,8 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
         alloc_us = probe.get("alloc_us_per_byte", 0.0) * out_bytes
         if in_context:
             times = run.get("in_context_us")
+            if run.get("in_context_timing") != IN_CONTEXT_TIMING:
+                continue
             if not isinstance(keys, list) or not keys or not isinstance(times, list) or len(times) != len(keys):
                 continue
             rows.append((float(e2e), float(np.sum(times)) + alloc_us, len(keys), max(0.0, float(args) - 1)))
@@ -294,11 +297,16 @@ class CostTable:
                                  if group[1] is None or len(r) >= IN_MODEL_MIN_KERNELS}
 
     def _read_in_context(self, df: pd.DataFrame) -> None:
-        """:attr:`in_context_` from the ``model`` and ``context`` records that carry ``in_context_us``."""
+        """:attr:`in_context_` from the ``model`` and ``context`` records that carry ``in_context_us`` timed the
+        current way (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`; older ones are timed again)."""
+        from ..profile.in_context import IN_CONTEXT_TIMING
+
         if "in_context_us" not in df:
             return
         for _, rec in df[df["kind"].isin(["model", "context"])].iterrows():
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
+            if rec.get("in_context_timing") != IN_CONTEXT_TIMING:
+                continue
             if (isinstance(keys, list) and isinstance(times, list) and keys and len(keys) == len(times)
                     and all(np.isfinite(t) and t >= 0 for t in times)):
                 self.in_context_[(str(rec["target"]), tuple(str(k) for k in keys))] = [float(t) for t in times]
@@ -400,15 +408,18 @@ class CostTable:
 
         Notes
         -----
-        ``invoke_us + len(units) * launch_us + sum of kernel latencies`` (each lookup first).
+        ``invoke_us + len(units) * launch_us + sum of kernel latencies`` (each lookup first; the overheads
+        besides in-context times where the kernels are priced by them).
         """
         kind = kind_of_label(target_label)
         frame = self.latencies(list(units), kind, graph=graph)
-        return (
-            self.invoke_us(target_label, default=0.0)
-            + len(frame) * self.launch_us(target_label, default=0.0)
-            + float(frame["latency_us"].sum())
-        )
+        return self._fixed_us(frame, target_label) + float(frame["latency_us"].sum())
+
+    def _fixed_us(self, frame: pd.DataFrame, target_label: str) -> float:
+        """The VM's overheads of one model's kernels priced in ``frame`` (:meth:`latencies`) on a device."""
+        in_context = bool(len(frame)) and bool(frame["in_context"].all())
+        return (self.invoke_us(target_label, default=0.0, in_context=in_context)
+                + len(frame) * self.launch_us(target_label, default=0.0, in_context=in_context))
 
     # -- kernels -------------------------------------------------------------------------------------
     def unit_latency_us(self, unit, target_kind: str | None = None, *, graph=None) -> tuple[float, str]:
@@ -558,8 +569,7 @@ class CostTable:
         and launch overheads added as exact (measured) costs."""
         kind = kind_of_label(target_label)
         frame = self.latencies(list(units), kind, graph=graph)
-        fixed = self.invoke_us(target_label, default=0.0) + len(frame) * self.launch_us(target_label, default=0.0)
-        return plan_band(frame, fixed_us=fixed, how=how, nominal=self.band_nominal)
+        return plan_band(frame, fixed_us=self._fixed_us(frame, target_label), how=how, nominal=self.band_nominal)
 
     def plan_band(self, rows, *, fixed_us: float = 0.0, how: str | None = None) -> dict:
         """:func:`plan_band` of rows of :meth:`latencies` (a plan's kernels, over all its targets), with this

@@ -8,12 +8,18 @@ kernel sums of 9 base models 2-10% off their end-to-end latency, of both signs (
 ``VirtualMachine.set_instrument`` reading a clock before and after every call the VM makes - each kernel is
 timed in the cache state it really meets.
 
-What one reading adds: the hook's own Python call and return, about 0.35 us on the Xeon, read from the VM's
-no-op calls (``vm.builtin.null_value``) of the same runs (``in_context_floor_us``), and about 0.1 us more per
-argument of the call (each wrapped as a Python object for the hook: ``in_context_us_per_arg``, timed with a no-op
-Python function called through TVM's FFI), taken off every kernel. Each sample runs the model back to back for
-about 20 ms and leaves out its first run, which finds the caches as the host-speed canary (or whatever ran
-before) left them: timed one run after each canary, a 5 us model read 12 us.
+What one reading adds: the hook's own return to the VM and its next Python entry, about 0.35 us on the Xeon for
+a call without arguments, read from the VM's no-op calls (``vm.builtin.null_value``) of the same runs, and what
+each call's arguments add to the entry (each wrapped as a Python object: about 0.1 us a tensor, more for shapes),
+timed by calling a no-op Python function through TVM's FFI with the very arguments the hook got; taken off every
+reading (``in_context_hook_us``: their sum over one run). Each sample runs the model back to back for about 20 ms
+and leaves out its first run, which finds the caches as the host-speed canary (or whatever ran before) left
+them: timed one run after each canary, a 5 us model read 12 us.
+
+A kernel's in-context time includes the VM's own calls that serve it (allocating its output from the VM's pool,
+a reshape view): 22 us of resnet-base's 337 (6.5%), 100 us of bert-base's 4240. What is left besides (the VM's
+dispatch, a call of ``main``) is fitted to the profile's end-to-end records
+(:func:`autoplace.cost_model.table.fit_vm_overhead` with ``in_context=True``).
 
 Used where the device is on this machine: the profiler times every ``model`` record's kernels in context
 (``in_context_us``, one value per kernel launch, in launch order) and ``optimize(measure="auto")`` times a new
@@ -25,12 +31,13 @@ neighbours from the same device only in part: there the times of the single-devi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 
 import numpy as np
 
 #: Version of the in-context timing (records carry it as ``in_context_timing``; other versions are re-timed).
-IN_CONTEXT_TIMING = "vm-instrument/2"
+IN_CONTEXT_TIMING = "vm-instrument/3"
 #: The VM's call that does nothing: its readings are the hook's own cost.
 NO_OP_CALL = "vm.builtin.null_value"
 #: The VM's call a reshape kernel becomes (a view: ``RewriteDataflowReshape`` in the VM build).
@@ -68,27 +75,24 @@ def align_calls(call_names: list[str], units) -> list[int]:
     return kernels
 
 
-def _hook_us_per_arg(args: list) -> float:
-    """What the hook's call costs more per argument it is handed (each wrapped as a Python object): a Python
-    no-op called through TVM's FFI with up to 8 of ``args`` against none, per argument (about 0.1 us)."""
+def _hook_entry_us(call_args: list, repeat: int = 7, number: int = 20) -> list:
+    """For each argument list (one per VM call of a run): how long a no-op Python function takes called through
+    TVM's FFI with the arguments the hook gets for that call (each wrapped as a Python object: about 0.1 us a
+    tensor, more for shapes and storage), the median of ``repeat`` timings of ``number`` calls, in us."""
     import tvm_ffi
 
     noop = tvm_ffi.convert(lambda *a: 0)
-    some = list(args[:8])
-    if not some:
-        return 0.0
-
-    def per_call_us(call_args) -> float:
-        best = []
-        for _ in range(7):
+    out = []
+    for one in call_args:
+        noop(*one)
+        timings = []
+        for _ in range(repeat):
             start = time.perf_counter()
-            for _ in range(200):
-                noop(*call_args)
-            best.append((time.perf_counter() - start) / 200 * 1e6)
-        return float(np.median(best))
-
-    per_call_us(some)  # warm up
-    return max(0.0, (per_call_us(some) - per_call_us([])) / len(some))
+            for _ in range(number):
+                noop(*one)
+            timings.append((time.perf_counter() - start) / number * 1e6)
+        out.append(float(np.median(timings)))
+    return out
 
 
 def time_in_context(executable, devices, args: list, units, *, samples: int = DEFAULT_SAMPLES, speed=None,
@@ -114,30 +118,36 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
     Returns
     -------
     dict
-        ``in_context_us`` (per unit, the median over the runs kept less the hook's cost), ``in_context_floor_us``
-        (that cost for a call without arguments), ``in_context_us_per_arg`` (what each argument adds to it),
-        ``in_context_runs``, ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or
-        ``in_context_error`` (why not) when the calls do not match the units.
+        ``in_context_us`` (per unit: the median over the runs kept of its kernel and of the VM's calls since
+        the kernel before - allocating its output, a view - each less the hook's cost), ``in_context_kernel_us``
+        (the kernels alone), ``in_context_hook_us`` (the hook's cost over one run), ``in_context_runs``,
+        ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or ``in_context_error`` (why not)
+        when the calls do not match the units.
     """
     from tvm import relax
 
     vm = relax.VirtualMachine(executable, devices)
     syncs = [d for d in devices if d.dlpack_device_type() != 1]  # asynchronous devices: wait for the kernel to end
     calls: list = []
+    captured: list = []  # the hook's arguments of every call of one run, to time its cost with
     clock = time.perf_counter
 
     def hook(func, name, before_run, ret_value, *call_args):
         if before_run:
             for d in syncs:
                 d.sync()
-            calls.append([str(name), len(call_args), clock()])
+            calls.append([str(name), clock()])
         else:
             for d in syncs:
                 d.sync()
-            calls[-1][2] = clock() - calls[-1][2]
+            calls[-1][1] = clock() - calls[-1][1]
         return 0
 
-    vm.set_instrument(hook)
+    def capture(func, name, before_run, ret_value, *call_args):
+        if not before_run:
+            captured.append((func, name, False, ret_value, *call_args))
+        return 0
+
     main = vm["main"]
     recorded: list = []
 
@@ -147,9 +157,10 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         main(*args)
         for d in syncs:
             d.sync()
-        recorded.append([(name, nargs, seconds * 1e6) for name, nargs, seconds in calls])
+        recorded.append([(name, seconds * 1e6) for name, seconds in calls])
         return (clock() - start) * 1e6
 
+    vm.set_instrument(hook)
     one_run()
     number = int(min(MAX_RUNS_PER_SAMPLE, max(2, np.ceil(sample_ms * 1e3 / max(one_run(), 1.0)))))
     per_sample: list = []
@@ -169,22 +180,34 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         calm = speed.calm_samples(one_sample, samples, patience_s)
         kept = [run for i in calm["kept_index"] for run in per_sample[i]]
         extra = dict(in_context_host_slowdown=calm["host_slowdown"])
-    names = [name for name, _, _ in kept[0]]
+    names = [name for name, _ in kept[0]]
     try:
-        if any([name for name, _, _ in run] != names for run in kept):
+        if any([name for name, _ in run] != names for run in kept):
             raise ValueError("the runs made different calls")
         kernels = align_calls(names, units)
     except ValueError as err:
         return dict(in_context_error=str(err), in_context_timing=IN_CONTEXT_TIMING)
-    readings = np.array([[us for _, _, us in run] for run in kept])  # (runs, calls)
-    nargs = np.array([n for _, n, _ in kept[0]])
+    readings = np.median(np.array([[us for _, us in run] for run in kept]), axis=0)  # per call
+    # The hook's cost in a reading: its return to the VM and its next entry with the call's arguments. A no-op
+    # call (no arguments) reads that return and an entry without arguments; what the call's own arguments add
+    # to the entry is timed on the same arguments.
+    vm.set_instrument(capture)
+    main(*args)
+    vm.set_instrument(None)
+    entry = np.array(_hook_entry_us([c[:4] for c in captured[:1]] + captured))
     no_op = [i for i, name in enumerate(names) if name == NO_OP_CALL]
-    floor = float(np.median(readings[:, no_op])) if no_op else float(readings.min())
-    per_arg = _hook_us_per_arg(args)
-    hook_us = floor + per_arg * np.maximum(nargs - (nargs[no_op[0]] if no_op else 0), 0)
-    times = np.maximum(np.median(readings, axis=0) - hook_us, 0.0)[kernels]
-    return dict(in_context_us=[float(t) for t in times], in_context_floor_us=floor, in_context_us_per_arg=per_arg,
-                in_context_runs=len(kept), in_context_timing=IN_CONTEXT_TIMING, **extra)
+    if no_op:
+        hook_us = float(np.median(readings[no_op] - entry[1:][no_op])) + entry[1:]
+    else:  # without a no-op call: the cheapest reading is the hook's return and an entry without arguments
+        hook_us = float(readings.min()) - entry[0] + entry[1:]
+    net = np.maximum(readings - hook_us, 0.0)
+    # Each kernel with the VM's own calls since the kernel before (its output's allocation, views): the calls
+    # before the first kernel and after the last go with the first and the last.
+    bounds = [0, *[k + 1 for k in kernels[:-1]], len(names)]
+    times = [float(net[a:b].sum()) for a, b in itertools.pairwise(bounds)]
+    return dict(in_context_us=times, in_context_kernel_us=[float(net[k]) for k in kernels],
+                in_context_hook_us=float(hook_us.sum()), in_context_runs=len(kept),
+                in_context_timing=IN_CONTEXT_TIMING, **extra)
 
 
 def in_context_record(model_name: str, units, target_kind: str, timing: dict) -> dict:
