@@ -201,12 +201,12 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     # price them
     from autoplace.profile.in_context import IN_CONTEXT_TIMING
 
-    contexts = [r for (kind, _, _), r in ProfileStore(measured_here_dir()).newest_good().items()
-                if kind == "context" and r.get("model") == model.name]
-    assert len(contexts) == 1 and contexts[0]["in_context_timing"] == IN_CONTEXT_TIMING
+    stored = ProfileStore(measured_here_dir()).records(allow_foreign=True)
+    contexts = stored[(stored["kind"] == "context") & (stored["model"] == model.name)]
+    assert len(contexts) == 1 and contexts["in_context_timing"].iloc[0] == IN_CONTEXT_TIMING
     assert summary.loc["cpu0", "cache"] == "in-context"
     assert auto.view.graph.nodes[next(iter(auto.view.members))]["latency_us"]["cpu0"] == pytest.approx(
-        contexts[0]["in_context_us"][0] + auto.costs.launch_us("llvm:0", in_context=True))
+        contexts["in_context_us"].iloc[0][0] + auto.costs.launch_us("llvm:0", in_context=True))
 
     again = autoplace.optimize(model, None, TWO)
     assert _lines(records) == after  # cached: the second call measures nothing
