@@ -228,10 +228,12 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
             out.setdefault(r["kind"], set()).update(r)
         return out
 
-    # Only the host-speed canary differs (it times this machine, not the servers a farm job times on), and
-    # the in-model timing of CPU kernels (not over RPC yet: the servers' kernels are timed warm).
+    # Only the host-speed canary differs (it times this machine, not the servers a farm job times on), the
+    # in-model timing of CPU kernels (not over RPC yet: the servers' kernels are timed warm) and the in-context
+    # timing of models' kernels (not over RPC yet either).
     local_only = {"host_slowdown", "canary_us", "calm_samples", "in_model_median_us", "in_model_min_us",
-                  "in_model_timing", "l2_bytes"}
+                  "in_model_timing", "l2_bytes", "in_context_us", "in_context_kernel_us", "in_context_hook_us",
+                  "in_context_runs", "in_context_timing", "in_context_host_slowdown"}
     assert fields(after) == {kind: names - local_only for kind, names in fields(mine).items()}
 
 
