@@ -582,11 +582,14 @@ class CostTable:
 
         A device without its own record takes the mean over devices of the same kind; with none of
         its kind either, ``default`` is returned if given, else ``KeyError`` is raised. ``in_context``: the
-        overhead besides kernels priced by their in-context times (fitted where the profile has them).
+        overhead besides kernels priced by their in-context times, fitted where the profile's model records carry
+        them (:func:`fit_vm_overhead`), else 0 (an in-context reading holds the VM's call of the kernel).
         """
         label = str(target_label)
-        if in_context and label in self.overhead_fit_in_context_:
-            return self.overhead_fit_in_context_[label]["launch_us"]
+        if in_context:  # without a fit: nothing, the kernel's call is inside its in-context reading
+            fit = self.overhead_fit_in_context_.get(label)
+            same = [f for k, f in self.overhead_fit_in_context_.items() if kind_of_label(k) == kind_of_label(label)]
+            return float(fit["launch_us"] if fit else np.mean([f["launch_us"] for f in same]) if same else 0.0)
         if label in self.launch_:
             return self.launch_[label]
         same = [v for k, v in self.launch_.items() if kind_of_label(k) == kind_of_label(label)]
