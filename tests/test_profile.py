@@ -435,6 +435,21 @@ def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_aga
     assert all(t >= k for t, k in zip(record["in_context_us"], record["in_context_kernel_us"]))
 
 
+def test_a_job_says_when_its_models_ran_on_a_slower_host_than_the_folders_kernels(tmp_path):
+    """End-to-end records timed while the canary read 1.3x, against kernels timed at 1.0x, would read 30% above the
+    kernels' sums: the job's log says so and what to run; within 10% it says nothing."""
+    from autoplace.profile.job import host_state_warning
+
+    store = ProfileStore(str(tmp_path / "p"))
+    for i, slow in enumerate((1.0, 1.02, 0.99)):
+        store.append(dict(kind="unit", key=f"k{i}", target="llvm", status="ok", median_us=1.0, host_slowdown=slow))
+    store.append(dict(kind="model", key="m", target="llvm", status="ok", median_us=3.0, host_slowdown=1.3))
+    store.append(dict(kind="model", key="calm", target="llvm", status="ok", median_us=3.0, host_slowdown=1.05))
+    warning = host_state_warning(store, {("model", "m", "llvm")})
+    assert "1.30x" in warning and "1.00x" in warning and "+30%" in warning and "--redo model" in warning
+    assert host_state_warning(store, {("model", "calm", "llvm")}) == ""
+
+
 def test_in_context_calls_are_matched_to_the_units_in_launch_order():
     """The VM's calls of one run, its allocation builtins skipped, are the units' kernels in order; a unit the VM
     build made a view is its reshape builtin; any other call sequence is refused."""

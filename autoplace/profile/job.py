@@ -260,6 +260,37 @@ def _without_in_context_timing(store: ProfileStore, done: set) -> set:
             if tag[0] == "model" and tag in done and record.get("in_context_timing") != IN_CONTEXT_TIMING}
 
 
+#: How much slower (by the host-speed canary) a job's models may have run than the folder's kernels before the
+#: job says so (:func:`host_state_warning`).
+HOST_STATE_TOLERANCE = 1.10
+
+
+def host_state_warning(store: ProfileStore, model_tags: set) -> str:
+    """A line for the log when the models of ``model_tags`` were timed while the host ran slower (or faster), by
+    the host-speed canary's median, than when the folder's CPU kernels were: their end-to-end records then read
+    that much off the kernels' sums, and the cost model's evaluation and VM overhead fit would take it for error.
+    "" when they agree within :data:`HOST_STATE_TOLERANCE` (or the records carry no canary)."""
+    import numpy as np
+
+    newest = store.newest_good()
+
+    def slowdowns(tags):
+        values = [newest[t].get("host_slowdown") for t in tags if t in newest]
+        return [float(v) for v in values if v is not None and np.isfinite(v)]
+
+    models = slowdowns(model_tags)
+    kernels = slowdowns([t for t in newest if t[0] == "unit" and t[2] == "llvm"])
+    if not models or not kernels:
+        return ""
+    ratio = float(np.median(models) / np.median(kernels))
+    if 1 / HOST_STATE_TOLERANCE <= ratio <= HOST_STATE_TOLERANCE:
+        return ""
+    return (f"host state: these models were timed at {np.median(models):.2f}x the fastest canary, the folder's "
+            f"CPU kernels at {np.median(kernels):.2f}x, so their end-to-end records read about {ratio - 1:+.0%} "
+            "off the kernels' sums; time them again when the host runs as it did for the kernels "
+            "(--redo model), or time the kernels again with them (--redo unit model)")
+
+
 def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
     """Append, for each CPU kernel of ``units`` (``{tag: Unit}``) whose newest record was made under an older
     :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``vector_width``), that record with the
@@ -518,6 +549,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress, speed)
             if speed is not None and speed.report(always=report_speed):
                 log(speed.report())
+            if model_runs:
+                warning = host_state_warning(store, {("model", m.name, kind) for m, _, _, _, kind in model_runs})
+                if warning:
+                    log(warning)
             if copies:
                 _profile_copies(targets, runnable, store, copy_sizes, done, progress, log)
     finally:
