@@ -433,7 +433,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
                 copies = True
     # The model's kernels timed inside its runs, on each kind here (one build per kind; in_context).
     context = {kind: units for kind, units in kernels.items()
-               if kind in here_kinds and units and (redo or own.in_context_times(units, kind) is None)}
+               if kind in here_kinds and units and (redo or not own.in_context_tried(units, kind))}
     if not missing and not copies and not context:
         return costs
     store = ProfileStore(measured_here_dir())

@@ -401,6 +401,13 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert list(ctx["source"]) == ["measured"] * 4 and list(ctx["band_hi_us"]) == [12, 3, 2.5, 31]
     assert list(timed.latencies(big[::-1], "llvm")["latency_us"]) == [30.0, 2.0, 2.0, 15.0]
     assert list(timed.latencies(big, "llvm", in_context=False)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
+    assert timed.in_context_tried(big, "llvm") and not timed.in_context_tried(big[::-1], "llvm")
+    # A model whose build could not be matched to its kernels is priced as before, and not timed again.
+    failed = CostTable(pd.DataFrame(records + [dict(kind="context", key="c", target="llvm", status="error",
+                                                    unit_keys=["a", "b", "b", "a2"], in_context_error="no match",
+                                                    in_context_timing=IN_CONTEXT_TIMING)]), model=Warm())
+    assert failed.in_context_tried(big, "llvm") and failed.in_context_times(big, "llvm") is None
+    assert list(failed.latencies(big, "llvm")["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
     # A profile without in-model timings prices everything warm.
     plain = CostTable(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith(("in_model", "l2"))}
                                     for r in records]), model=Warm())

@@ -176,6 +176,14 @@ def in_model_times(units: pd.DataFrame) -> tuple[dict, int | None]:
             int(l2) if np.isfinite(l2) else None)
 
 
+def _context_tag(units, target_kind: str) -> tuple:
+    """``(kind, unit keys in launch order)``: how in-context times are looked up (:attr:`CostTable.in_context_`)."""
+    if isinstance(units, pd.DataFrame):
+        units = [row for _, row in units.iterrows()]
+    keys = tuple(str(u.key if hasattr(u, "prim_func") else u.get("key", "")) for u in units)
+    return kind_of_label(target_kind), keys
+
+
 def _records_frame(records) -> pd.DataFrame:
     if isinstance(records, pd.DataFrame):
         return records
@@ -227,6 +235,9 @@ class CostTable:
         #: ``{(kind, unit keys in launch order): [us per launch]}``: a model's kernels timed inside its runs
         #: (``in_context_us`` of ``model`` and ``context`` records, :mod:`autoplace.profile.in_context`).
         self.in_context_: dict = {}
+        #: ``{(kind, unit keys)}`` of every model timed in context the current way, with or without success (a
+        #: build whose calls do not match its units): what ``measure="auto"`` need not try again.
+        self.in_context_tried_: set = set()
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
@@ -301,12 +312,13 @@ class CostTable:
         current way (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`; older ones are timed again)."""
         from ..profile.in_context import IN_CONTEXT_TIMING
 
-        if "in_context_us" not in df:
+        if "in_context_timing" not in df:
             return
         for _, rec in df[df["kind"].isin(["model", "context"])].iterrows():
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
-            if rec.get("in_context_timing") != IN_CONTEXT_TIMING:
+            if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list):
                 continue
+            self.in_context_tried_.add((str(rec["target"]), tuple(str(k) for k in keys)))
             if (isinstance(keys, list) and isinstance(times, list) and keys and len(keys) == len(times)
                     and all(np.isfinite(t) and t >= 0 for t in times)):
                 self.in_context_[(str(rec["target"]), tuple(str(k) for k in keys))] = [float(t) for t in times]
@@ -314,10 +326,12 @@ class CostTable:
     def in_context_times(self, units, target_kind: str) -> list | None:
         """The in-context times of a model's kernels (all of them, in launch order) on a target kind, None when
         no record has them."""
-        if isinstance(units, pd.DataFrame):
-            units = [row for _, row in units.iterrows()]
-        keys = tuple(str(u.key if hasattr(u, "prim_func") else u.get("key", "")) for u in units)
-        return self.in_context_.get((kind_of_label(target_kind), keys))
+        return self.in_context_.get(_context_tag(units, target_kind))
+
+    def in_context_tried(self, units, target_kind: str) -> bool:
+        """Whether a model of these kernels was timed in context on a target kind the current way, even if it
+        failed (:attr:`in_context_tried_`)."""
+        return _context_tag(units, target_kind) in self.in_context_tried_
 
     def runs_in_model(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels (all of them, in launch order) is priced in-model on a target kind:

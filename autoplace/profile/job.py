@@ -201,16 +201,22 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
                       round_in_model_medians_us=in_model,
                       in_model_min_us=float(min(previous.get("in_model_min_us", np.inf), timing["in_model_min_us"])))
     if "in_context_us" in timing:  # the model's kernels timed in context: the rounds of the fastest sums
-        earlier = previous.get("round_in_context_us")
-        if earlier is None:
-            same = previous.get("in_context_timing") == timing.get("in_context_timing")
-            earlier = [previous["in_context_us"]] if same and "in_context_us" in previous else []
-        earlier = [list(r) for r in earlier if len(r) == len(timing["in_context_us"])]
-        in_context = earlier + [[float(v) for v in timing["in_context_us"]]]
-        sums = [float(np.sum(r)) for r in in_context]
-        fastest = [r for r, total in zip(in_context, sums) if total in fastest_rounds(sums)]
-        merged.update(in_context_us=[float(v) for v in np.median(np.array(fastest), axis=0)],
-                      round_in_context_us=in_context)
+        n = len(timing["in_context_us"])
+        same = previous.get("in_context_timing") == timing.get("in_context_timing")
+        rounds = {}
+        for field in ("in_context_us", "in_context_kernel_us"):
+            earlier = previous.get(f"round_{field}")
+            if earlier is None:
+                earlier = [previous[field]] if same and field in previous else []
+            rounds[field] = [list(r) for r in earlier if len(r) == n] + [[float(v) for v in timing[field]]]
+        if len(rounds["in_context_kernel_us"]) != len(rounds["in_context_us"]):  # records of an older form
+            rounds["in_context_kernel_us"] = rounds["in_context_kernel_us"][-1:]
+            rounds["in_context_us"] = rounds["in_context_us"][-1:]
+        sums = [float(np.sum(r)) for r in rounds["in_context_us"]]
+        fastest = [i for i, total in enumerate(sums) if total in fastest_rounds(sums)]
+        for field, values in rounds.items():
+            merged[field] = [float(v) for v in np.median(np.array([values[i] for i in fastest]), axis=0)]
+            merged[f"round_{field}"] = values
     return merged
 
 
