@@ -316,12 +316,12 @@ class CostTable:
             return
         for _, rec in df[df["kind"].isin(["model", "context"])].iterrows():
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
-            if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list):
+            if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list) or not keys:
                 continue
-            self.in_context_tried_.add((str(rec["target"]), tuple(str(k) for k in keys)))
-            if (isinstance(keys, list) and isinstance(times, list) and keys and len(keys) == len(times)
-                    and all(np.isfinite(t) and t >= 0 for t in times)):
-                self.in_context_[(str(rec["target"]), tuple(str(k) for k in keys))] = [float(t) for t in times]
+            tag = (str(rec["target"]), tuple(str(k) for k in keys))
+            self.in_context_tried_.add(tag)
+            if isinstance(times, list) and len(times) == len(keys) and all(np.isfinite(t) and t >= 0 for t in times):
+                self.in_context_[tag] = [float(t) for t in times]
 
     def in_context_times(self, units, target_kind: str) -> list | None:
         """The in-context times of a model's kernels (all of them, in launch order) on a target kind, None when

@@ -96,13 +96,20 @@ def model_record(model, graph, units, targets: TargetSet, name: str, kind: str, 
     """
     placement = placement or model_placement(model, graph, targets, name)
     inputs = model.random_inputs() if inputs is None else inputs
+    return dict(model_fields(model, units, placement, kind), measured_at=_now(),
+                **time_model(placement, inputs, units, kind, repeat=repeat, speed=speed))
+
+
+def time_model(placement, inputs, units, kind: str, *, repeat: int = 7, speed: HostSpeed | None = None) -> dict:
+    """A model built on one target timed end to end (:func:`time_end_to_end`) and, when that worked, its kernels
+    in context (:func:`in_context_fields`): the timing fields of a ``model`` record."""
     timing = time_end_to_end(placement.runner, inputs, kind, repeat=repeat, speed=speed)
     if timing.get("status") == "ok":
-        timing.update(in_context(placement, inputs, units, speed=speed))
-    return dict(model_fields(model, units, placement, kind), measured_at=_now(), **timing)
+        timing.update(in_context_fields(placement, inputs, units, speed=speed))
+    return timing
 
 
-def in_context(placement, inputs, units, *, speed: HostSpeed | None = None) -> dict:
+def in_context_fields(placement, inputs, units, *, speed: HostSpeed | None = None) -> dict:
     """The ``in_context_*`` fields of a model built on one target (:func:`~autoplace.profile.in_context.time_in_context`
     on its build), or ``in_context_error`` saying why there are none."""
     runner = placement.runner
@@ -209,9 +216,6 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
             if earlier is None:
                 earlier = [previous[field]] if same and field in previous else []
             rounds[field] = [list(r) for r in earlier if len(r) == n] + [[float(v) for v in timing[field]]]
-        if len(rounds["in_context_kernel_us"]) != len(rounds["in_context_us"]):  # records of an older form
-            rounds["in_context_kernel_us"] = rounds["in_context_kernel_us"][-1:]
-            rounds["in_context_us"] = rounds["in_context_us"][-1:]
         sums = [float(np.sum(r)) for r in rounds["in_context_us"]]
         fastest = [i for i, total in enumerate(sums) if total in fastest_rounds(sums)]
         for field, values in rounds.items():
@@ -251,19 +255,15 @@ def _cpu_schedule_fields(unit) -> dict:
                 vector_width=vector_width(func), vector_reduce=vectorized_row_reduction(func))
 
 
-def _without_in_model_timing(store: ProfileStore, done: set) -> set:
-    """Tags of ``done`` CPU kernels whose newest record was not timed in-model the current way
-    (:data:`~autoplace.profile.cache_state.IN_MODEL_TIMING`): they are timed again, warm and in-model."""
+def _timed_the_old_way(store: ProfileStore, done: set, record_kind: str, field: str, version: str,
+                       target_kind: str | None = None) -> set:
+    """Tags of ``done`` records of ``record_kind`` (on ``target_kind``, any when None) whose newest record's
+    ``field`` is not the current ``version`` of a timing: they are timed again (CPU kernels without the in-model
+    timing :data:`~autoplace.profile.cache_state.IN_MODEL_TIMING`, models without the in-context timing
+    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`)."""
     return {tag for tag, record in store.newest_good().items()
-            if tag[0] == "unit" and tag[2] == "llvm" and tag in done
-            and record.get("in_model_timing") != IN_MODEL_TIMING}
-
-
-def _without_in_context_timing(store: ProfileStore, done: set) -> set:
-    """Tags of ``done`` model records timed before their kernels were timed in context the current way
-    (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`): they are timed again, end to end and in context."""
-    return {tag for tag, record in store.newest_good().items()
-            if tag[0] == "model" and tag in done and record.get("in_context_timing") != IN_CONTEXT_TIMING}
+            if tag[0] == record_kind and tag in done and (target_kind is None or tag[2] == target_kind)
+            and record.get(field) != version}
 
 
 #: How much slower (by the host-speed canary) a job's models may have run than the folder's kernels before the
@@ -487,7 +487,8 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
         speed = HostSpeed(best_canary_us(store.records())) if any(kind == "llvm" for kind, _ in todo) else None
         for kind, units in tqdm(todo, desc="kernels in context", unit="target", disable=not progress):
             placement = model_placement(model, graph, targets, kinds[kind])
-            timing = in_context(placement, model.random_inputs(), units, speed=speed if kind == "llvm" else None)
+            timing = in_context_fields(placement, model.random_inputs(), units,
+                                       speed=speed if kind == "llvm" else None)
             out[kind] = _append(store, in_context_record(model.name, units, kind, timing))
     return out
 
@@ -513,8 +514,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
-            untimed_in_model = _without_in_model_timing(store, done) if "llvm" in kinds else set()
-            untimed_in_context = _without_in_context_timing(store, done) if end_to_end else set()
+            untimed_in_model = (_timed_the_old_way(store, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
+                                if "llvm" in kinds else set())
+            untimed_in_context = (_timed_the_old_way(store, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
+                                  if end_to_end else set())
             done -= untimed_in_model | untimed_in_context
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
@@ -726,9 +729,8 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
         for tag, model, graph, name, kind, kind_units in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
-            timing = time_end_to_end(placement.runner, inputs, kind, speed=speed if kind == "llvm" else None)
+            timing = time_model(placement, inputs, kind_units, kind, speed=speed if kind == "llvm" else None)
             if timing.get("status") == "ok":
-                timing.update(in_context(placement, inputs, kind_units, speed=speed if kind == "llvm" else None))
                 newest[tag] = _append(store, merge_rounds(newest[tag], {"host_slowdown": None, **timing}))
     timer.forget_kept()
 
