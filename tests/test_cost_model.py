@@ -339,6 +339,50 @@ def test_predicting_for_an_unprofiled_target_raises(model, records):
         model.predict(_units(records).head(2), target="cuda")
 
 
+def _streaming_records(l2_bytes=1 << 20):
+    """Adds within an L2 of ``l2_bytes`` at 200 GB/s and past it at 50 GB/s, plus a gather; the kernels of
+    three fused ops are small ones only, so the trees have no example of such a chain past the L2."""
+    rows = []
+    for i, elems in enumerate(np.geomspace(1 << 10, 1 << 22, 25).astype(int)):
+        ops, shapes = ["relax.add"], [[int(elems)]] * 3
+        if elems < 1 << 15 and i % 2:
+            ops, shapes = ["relax.add", "relax.add", "relax.subtract"], [[int(elems)]] * 4
+        nbytes = 4 * elems * len(shapes)
+        rows.append(_unit(f"llvm-s{i}", f"stream{i}", ops, shapes,
+                          nbytes / (200e3 if nbytes <= l2_bytes else 50e3), flops=elems * (len(ops))))
+        rows[-1]["l2_bytes"] = l2_bytes
+    table = _unit("llvm-take", "gather", ["relax.take"], [[1 << 20, 64], [16], [16, 64]], 0.1)
+    return pd.DataFrame(rows + [dict(table, l2_bytes=l2_bytes)])
+
+
+def test_streaming_kernels_past_the_l2_are_priced_no_faster_than_measured_bandwidth(tmp_path):
+    records = _streaming_records()
+    chain = _unit("llvm-chain", "user", ["relax.add", "relax.add", "relax.subtract"], [[3 << 19]] * 4, None)
+    nbytes = chain["bytes_in"] + chain["bytes_out"]  # 6 MB, past the 1 MB L2
+    floored = XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)
+    free = XGBCostModel(**FAST, stream_floor=False).fit(records, hardware_id=HW, tvm_version=TVM)
+    assert set(floored.stream_floor_) == {"llvm"} and free.stream_floor_ == {}
+    envelope = floored.stream_floor_["llvm"]
+    assert envelope["l2_bytes"] == 1 << 20 and max(envelope["gb_s"]) == pytest.approx(50.0)
+    assert free.predict([chain])[0] < nbytes / 50e3  # the trees alone price the chain too fast
+    assert floored.predict([chain])[0] == pytest.approx(nbytes / 50e3)
+    # Within the L2, for a gather (it reads 16 rows, not the table), past the largest kernel, on a profile
+    # without l2_bytes: no floor.
+    small = _unit("llvm-small", "user", ["relax.add", "relax.add", "relax.subtract"], [[4096]] * 4, None)
+    gather = _unit("llvm-g", "user", ["relax.take"], [[1 << 21, 64], [16], [16, 64]], None)
+    huge = _unit("llvm-huge", "user", ["relax.add"], [[1 << 26]] * 3, None)
+    for unit in (small, gather, huge):
+        assert floored.predict([unit])[0] == pytest.approx(free.predict([unit])[0])
+    assert XGBCostModel(**FAST).fit(records.drop(columns="l2_bytes"), hardware_id=HW,
+                                    tvm_version=TVM).stream_floor_ == {}
+    # Saved and loaded, the floor stays; a model saved before it (no entry) loads without one.
+    path = floored.save(str(tmp_path / "m.json"))
+    assert load(path).predict([chain])[0] == pytest.approx(floored.predict([chain])[0])
+    data = _read_json(path)
+    del data["state"]["stream_floor"]
+    assert XGBCostModel.from_dict(data).stream_floor_ == {}
+
+
 # -- lookup-first costs ----------------------------------------------------------------------------
 def test_cost_table_measured_first_then_predicted(model, records):
     table = CostTable(records, model=model)

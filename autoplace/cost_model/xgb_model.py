@@ -17,6 +17,7 @@ import pandas as pd
 from .cost_model import CostModel
 from .features import feature_names, record_features, unit_ops
 from .features import work as _work
+from .stream_floor import fit_stream_floor, stream_floor_us
 
 #: Features whose growth can only slow a kernel down (per unit of work), with ``monotone=True``.
 MONOTONE = {"mem_l1_over": 1, "mem_l2_over": 1, "mem_level": 1}
@@ -56,6 +57,9 @@ class XGBCostModel(CostModel):
         long kernels, which decide a model's end-to-end latency, count more.
     drop_features : tuple of str
         Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
+    stream_floor : bool
+        Price a kernel that streams its operands past the L2 at no less than its bytes over the fastest
+        bandwidth a training kernel at least as large streamed at (:mod:`autoplace.cost_model.stream_floor`).
     random_state : int
         Seed of the row/column sampling.
     n_jobs : int
@@ -73,6 +77,9 @@ class XGBCostModel(CostModel):
         Mean of ``log(latency_us) - log(work)`` in training.
     hardware_id_, tvm_version_ : str
         Where the training records were measured.
+    stream_floor_ : dict
+        The streaming-bandwidth envelope per target kind (:func:`~autoplace.cost_model.stream_floor.fit_stream_floor`;
+        empty without ``stream_floor`` or in models saved before it).
 
     Examples
     --------
@@ -100,6 +107,7 @@ class XGBCostModel(CostModel):
         monotone: bool = False,
         weight_by_time: float = 1.0,
         drop_features: tuple = (),
+        stream_floor: bool = True,
         random_state: int = 0,
         n_jobs: int = 1,
     ):
@@ -116,6 +124,7 @@ class XGBCostModel(CostModel):
         self.monotone = monotone
         self.weight_by_time = weight_by_time
         self.drop_features = drop_features
+        self.stream_floor = stream_floor
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -187,6 +196,7 @@ class XGBCostModel(CostModel):
                 "(" + ",".join(str(MONOTONE.get(n, 0)) for n in self.feature_names_) + ")"
             )
         self.booster_ = xgb.train(params, dtrain, num_boost_round=self.n_estimators)
+        self.stream_floor_ = fit_stream_floor(units) if self.stream_floor else {}
 
     def _xgb_names(self) -> list[str]:
         # XGBoost forbids [, ] and < in feature names.
@@ -197,7 +207,9 @@ class XGBCostModel(CostModel):
 
         x = self._matrix(recs, targets)
         dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
-        return self.booster_.predict(dmat, output_margin=True).astype(float)
+        log_us = self.booster_.predict(dmat, output_margin=True).astype(float)
+        floor_us = stream_floor_us(getattr(self, "stream_floor_", {}), recs, targets)
+        return np.where(floor_us > 0, np.maximum(log_us, np.log(np.maximum(floor_us, 1e-12))), log_us)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
         """Importance of each feature (XGBoost's ``gain`` by default), largest first."""
@@ -213,6 +225,7 @@ class XGBCostModel(CostModel):
         return {
             "feature_names": self.feature_names_,
             "offset": self.offset_,
+            "stream_floor": self.stream_floor_,
             "booster": json.loads(bytes(self.booster_.save_raw(raw_format="json")).decode("utf-8")),
         }
 
@@ -224,6 +237,7 @@ class XGBCostModel(CostModel):
         self.feature_names_ = list(state["feature_names"])
         self.ops_ = [n[len("op:") :] for n in self.feature_names_ if n.startswith("op:")]
         self.offset_ = float(state["offset"])
+        self.stream_floor_ = state.get("stream_floor") or {}  # absent in models saved before it: no floor
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
         self.booster_ = booster

@@ -1,0 +1,94 @@
+"""The memory side of the roofline, as measured: no kernel streams a working set past the L2 faster than
+the fastest measured kernel that streamed one at least as large.
+
+A kernel that reads each of its operands once and writes its outputs, doing a few operations per element
+(:func:`streams_every_byte`: elementwise and transcendental ops, casts, views), takes at least its bytes over
+the bandwidth of the memory they come from. Once the bytes exceed the L2 of the cores that timed the profile,
+that is the L3 (or DRAM), whose bandwidth only falls as the working set grows. The trees of a cost model do
+not know this: on the Intel Xeon the profile's streaming kernels past 6 MB all run at 56-59 GB/s, yet held
+out, seed003-base's ``(a + b) - (b + c)`` over 1024x1024 tensors (16.8 MB) was priced at 82 GB/s (205 us
+against 294 measured, -30%), its features closer to kernels that fit the caches.
+
+:func:`fit_stream_floor` keeps, per target kind, the training kernels of that kind past the L2 and, for each,
+the fastest bandwidth of any of them at least as large (an upper envelope, non-increasing in bytes);
+:func:`stream_floor_us` prices a streaming kernel past the L2 at no less than its bytes over that envelope at
+the first training size not below its own. A kernel larger than every training one, one within the L2 (where
+launch overheads make bandwidth no simple function of size), and profiles whose records do not carry the L2
+they were timed with (``l2_bytes``; CUDA records, profiles made before session 15) get no floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .features import _get, op_class, short_name, unit_ops
+
+#: Ops that move no data of their own inside a fused kernel (views of an operand).
+VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze", "flatten"})
+#: Op classes of kernels that read every operand once and do a few operations per element.
+STREAMING_OP_CLASSES = frozenset({"elementwise", "transcendental", "cast"})
+
+
+def streams_every_byte(record: Mapping) -> bool:
+    """Whether every op the unit fuses is elementwise, transcendental, a cast or a view: its kernel reads
+    each operand whole, once (a gather, slice or reduction reads some other amount)."""
+    ops = unit_ops(record)
+    return bool(ops) and all(op_class(op) in STREAMING_OP_CLASSES or short_name(op) in VIEW_OPS for op in ops)
+
+
+def _bytes(record: Mapping) -> float:
+    try:
+        return float(_get(record, "bytes_in", math.nan)) + float(_get(record, "bytes_out", math.nan))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def fit_stream_floor(units: pd.DataFrame) -> dict:
+    """The envelope of streaming bandwidth past the L2 of each target kind's training kernels.
+
+    Parameters
+    ----------
+    units : pandas.DataFrame
+        Training unit records (``median_us``, ``bytes_in``, ``bytes_out``, ``target``, ``l2_bytes``).
+
+    Returns
+    -------
+    dict
+        ``{target kind: {"l2_bytes": int, "bytes": [ascending], "gb_s": [envelope at each]}}``; a target
+        whose records carry no ``l2_bytes`` or have no streaming kernel past it is left out.
+    """
+    table = {}
+    if units.empty or "l2_bytes" not in units:
+        return table
+    for target, group in units.groupby(units["target"].astype(str)):
+        l2 = pd.to_numeric(group["l2_bytes"], errors="coerce").max()
+        if not np.isfinite(l2) or l2 <= 0:
+            continue
+        rows = [(_bytes(r), float(r["median_us"])) for _, r in group.iterrows() if streams_every_byte(r)]
+        rows = sorted((b, b / us / 1e3) for b, us in rows if np.isfinite(b) and b > l2 and us > 0)
+        if not rows:
+            continue
+        nbytes = np.array([b for b, _ in rows])
+        envelope = np.maximum.accumulate(np.array([g for _, g in rows])[::-1])[::-1]
+        table[target] = {"l2_bytes": int(l2), "bytes": nbytes.tolist(), "gb_s": envelope.tolist()}
+    return table
+
+
+def stream_floor_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
+    """Each unit's least latency in microseconds by :func:`fit_stream_floor`'s envelope (0 where none)."""
+    out = np.zeros(len(recs))
+    for i, (rec, target) in enumerate(zip(recs, targets)):
+        entry = table.get(str(target)) if table else None
+        if not entry:
+            continue
+        nbytes = _bytes(rec)
+        if not (np.isfinite(nbytes) and nbytes > entry["l2_bytes"]) or not streams_every_byte(rec):
+            continue
+        at = int(np.searchsorted(entry["bytes"], nbytes))
+        if at < len(entry["bytes"]):
+            out[i] = nbytes / (entry["gb_s"][at] * 1e3)
+    return out
