@@ -645,7 +645,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 12, "pad": 6,
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "pad": 6,
           "conv_head": 8}
 DEFAULT_COUNT = 4
 
