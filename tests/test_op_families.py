@@ -91,7 +91,7 @@ def test_the_list_is_the_same_for_a_seed_and_per_family():
 
 def test_every_model_extracts_units_and_the_work_stays_small(units):
     total = sum(len(us) for us in units.values())
-    assert 150 <= total <= 250, total
+    assert 150 <= total <= 300, total  # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon
     for name, us in units.items():
         assert us, name
         for _, rec in us:
@@ -100,6 +100,8 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
                 assert rec["flops"] / 2 <= cap * 1.05, (name, rec["flops"])
             elif FAMILIES[family_of(name)] == "elementwise":  # at most ~16 MB
                 assert rec["bytes_out"] <= 4 * MAX_ELEMENTWISE_ELEMS * 1.05, (name, rec["bytes_out"])
+            elif family_of(name) == "cnn_stage":  # a CNN stem's max pool: up to 128 channels of 112x112
+                assert rec["bytes_out"] <= 4 * 128 * 112 * 112, (name, rec["bytes_out"])
             else:  # every other kernel touches at most ~4 MB (plus a lookup table)
                 assert rec["bytes_out"] <= 4.2e6, (name, rec["bytes_out"])
     # the op the family is named after is in its kernels (or its torch decomposition is)
