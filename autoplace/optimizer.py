@@ -442,7 +442,8 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
             measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
                             progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS)
         if context:
-            measure_in_context(model, graph, context, targets, store, progress=progress)
+            measure_in_context(model, graph, context, targets, store, rounds=MEASURE_ROUNDS,
+                               kernel_us=_own_kernel_us(context, own, store), progress=progress)
     except ProfilingError as err:
         warnings.warn(f"measure='auto' could not measure here, so the cost model prices the kernels the "
                       f"profiles lack: {err}", stacklevel=3)
@@ -452,6 +453,29 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         new = store.records(allow_foreign=True)
     return CostTable(pd.concat([costs.records, new], ignore_index=True), model=costs.model,
                      in_model_model=getattr(costs, "in_model_model", None))
+
+
+def _own_kernel_us(kernels: dict, own, store) -> dict:
+    """``{kind: [us per unit]}``: each kernel's larger of its warm and in-model times measured on this machine
+    (in ``store``, just measured, or in ``own``), NaN where it has none; what bounds its in-context times
+    (:func:`autoplace.profile.in_context.in_context_ceiling_us`)."""
+    import warnings
+
+    from .cost_model import CostTable
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = CostTable(store.records(allow_foreign=True))
+    out = {}
+    for kind, units in kernels.items():
+        values = []
+        for unit in units:
+            tag = (unit.key, kind)
+            table = new if tag in new.measured_ else own
+            warm = table.measured_.get(tag, math.nan)
+            values.append(max(warm, getattr(table, "measured_in_model_", {}).get(tag, warm)))
+        out[kind] = values
+    return out
 
 
 def measured_on_this_machine(costs):

@@ -457,6 +457,40 @@ def test_a_job_says_when_its_models_ran_on_a_slower_host_than_the_folders_kernel
     assert host_state_warning(store, {("model", "calm", "llvm")}) == ""
 
 
+def test_a_model_timed_in_context_slower_than_its_kernels_allow_gets_more_rounds_then_no_record(tmp_path):
+    """measure='auto' times a model in context in rounds (the fastest sums kept); times above what the kernels'
+    own times allow (a slow phase of the host the canary does not see) get more rounds for the patience, then no
+    record at all, with a warning, so the next call times the model again."""
+    import numpy as np
+
+    from autoplace.graph import op_graph
+    from autoplace.profile.in_context import CEILING_RATIO, in_context_ceiling_us
+    from autoplace.profile.job import measure_in_context
+
+    assert in_context_ceiling_us([10.0, 20.0]) == pytest.approx(CEILING_RATIO * 30 + 2 * 1.0)
+    assert in_context_ceiling_us([10.0, float("nan")]) is None and in_context_ceiling_us([]) is None
+    model = zoo.parse("mlp")
+    units = extract_units(model, "llvm")
+    graph = op_graph(model)
+    store = ProfileStore(str(tmp_path / "p"))
+    plausible = {"llvm": [1e3] * len(units)}  # kernels of a millisecond: any reading of this model is plausible
+    records = measure_in_context(model, graph, {"llvm": units}, {"cpu": "llvm"}, store, rounds=2,
+                                 kernel_us=plausible, progress=False)
+    record = records["llvm"]
+    assert record["in_context_rounds"] == 2 and len(record["round_in_context_us"]) == 2
+    sums = [sum(r) for r in record["round_in_context_us"]]
+    kept = [r for r, s in zip(record["round_in_context_us"], sums) if s <= 1.1 * min(sums)]
+    assert record["in_context_us"] == pytest.approx(list(np.median(kept, axis=0)))
+    # Kernels of a picosecond: every reading is too slow for them; rounds go on for the patience, then no record.
+    store = ProfileStore(str(tmp_path / "q"))
+    started = time.perf_counter()
+    with pytest.warns(UserWarning, match=r"more than their own times allow .* the next call times them again"):
+        records = measure_in_context(model, graph, {"llvm": units}, {"cpu": "llvm"}, store, rounds=1,
+                                     kernel_us={"llvm": [1e-6] * len(units)}, patience_s=1.5, progress=False)
+    assert records == {} and time.perf_counter() - started >= 1.5
+    assert store.records().empty or "context" not in set(store.records()["kind"])
+
+
 def test_in_context_calls_are_matched_to_the_units_in_launch_order():
     """The VM's calls of one run, its allocation builtins skipped, are the units' kernels in order; a unit the VM
     build made a view is its reshape builtin; any other call sequence is refused."""
