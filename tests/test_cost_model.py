@@ -31,7 +31,6 @@ from autoplace.cost_model import (
     record_features,
 )
 from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
-from autoplace.cost_model.stream_floor import stream_estimate_us, stream_floor_us
 from autoplace.cost_model.features import ops_from_func_name, work
 from autoplace.cost_model.table import MIN_OVERHEAD_RUNS
 from autoplace.profile import ForeignProfileWarning
@@ -382,47 +381,6 @@ def test_streaming_kernels_past_the_l2_are_priced_no_faster_than_measured_bandwi
     data = _read_json(path)
     del data["state"]["stream_floor"]
     assert XGBCostModel.from_dict(data).stream_floor_ == {}
-
-
-def test_element_by_element_kernels_past_the_l2_are_priced_at_the_bandwidth_of_their_neighbours():
-    """Past the L2, one-op adds over equal operands stream at 40-60 GB/s and sigmoids at 5 GB/s; a three-op chain
-    of equal operands (seen by the trees only within the L2) is priced at its bytes over the median bandwidth of
-    the adds near its size, within 4x of its bytes; a broadcast add, a sigmoid, a chain of a size no add is near,
-    or a table saved before it get what they got before."""
-    from autoplace.cost_model.stream_floor import streams_element_by_element
-
-    l2 = 1 << 20
-    rows = []
-    for i, elems in enumerate(np.geomspace(1 << 10, 1 << 22, 25).astype(int)):
-        nbytes = 12 * int(elems)
-        gb_s = 200.0 if nbytes <= l2 else (40.0, 50.0, 60.0)[i % 3]
-        rows.append(dict(_unit(f"llvm-a{i}", f"add{i}", ["relax.add"], [[int(elems)]] * 3, nbytes / (gb_s * 1e3),
-                               flops=elems), l2_bytes=l2))
-        rows.append(dict(_unit(f"llvm-s{i}", f"sig{i}", ["relax.sigmoid"], [[int(elems)]] * 2,
-                               8 * int(elems) / (200e3 if 8 * elems <= l2 else 5e3), flops=elems), l2_bytes=l2))
-        if nbytes <= l2:
-            chain = ["relax.add", "relax.add", "relax.subtract"]
-            rows.append(dict(_unit(f"llvm-c{i}", f"chain{i}", chain, [[int(elems)]] * 4, 16 * int(elems) / 200e3,
-                                   flops=3 * elems), l2_bytes=l2))
-    records = pd.DataFrame(rows)
-    model = XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)
-    free = XGBCostModel(**FAST, stream_floor=False).fit(records, hardware_id=HW, tvm_version=TVM)
-    chain = _unit("llvm-x", "user", ["relax.add", "relax.add", "relax.subtract"], [[1 << 20]] * 4, None)
-    assert streams_element_by_element(chain)
-    nbytes = chain["bytes_in"] + chain["bytes_out"]  # 16 MB: the adds of 4-64 MB are its neighbours
-    sizes = np.array(model.stream_floor_["llvm"]["element_bytes"])
-    near = np.array(model.stream_floor_["llvm"]["element_gb_s"])[(sizes >= nbytes / 4) & (sizes <= nbytes * 4)]
-    assert len(near) >= 3 and set(np.round(near)) <= {40.0, 50.0, 60.0}
-    assert model.predict([chain])[0] == pytest.approx(nbytes / (np.median(near) * 1e3))
-    bias = _unit("llvm-b", "user", ["relax.add"], [[1 << 20], [1], [1 << 20]], None)
-    sigmoid = _unit("llvm-g", "user", ["relax.sigmoid"], [[1 << 21]] * 2, None)
-    huge = _unit("llvm-h", "user", ["relax.add", "relax.add", "relax.subtract"], [[1 << 26]] * 4, None)
-    assert not streams_element_by_element(bias) and not streams_element_by_element(sigmoid)
-    for unit in (bias, sigmoid, huge):
-        floor = stream_floor_us(model.stream_floor_, [unit], ["llvm"])[0]
-        assert model.predict([unit])[0] == pytest.approx(max(free.predict([unit])[0], floor))
-    older = {"llvm": {k: v for k, v in model.stream_floor_["llvm"].items() if not k.startswith("element_")}}
-    assert stream_estimate_us(older, [chain], ["llvm"])[0] == 0
 
 
 # -- lookup-first costs ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pandas as pd
 from .cost_model import CostModel
 from .features import feature_names, record_features, unit_ops
 from .features import work as _work
-from .stream_floor import fit_stream_floor, stream_estimate_us, stream_floor_us
+from .stream_floor import fit_stream_floor, stream_floor_us
 
 #: Features whose growth can only slow a kernel down (per unit of work), with ``monotone=True``.
 MONOTONE = {"mem_l1_over": 1, "mem_l2_over": 1, "mem_level": 1}
@@ -59,9 +59,7 @@ class XGBCostModel(CostModel):
         Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
     stream_floor : bool
         Price a kernel that streams its operands past the L2 at no less than its bytes over the fastest
-        bandwidth a training kernel at least as large streamed at, and one that streams them element by element
-        at its bytes over the median bandwidth of such training kernels near its size
-        (:mod:`autoplace.cost_model.stream_floor`).
+        bandwidth a training kernel at least as large streamed at (:mod:`autoplace.cost_model.stream_floor`).
     random_state : int
         Seed of the row/column sampling.
     n_jobs : int
@@ -210,10 +208,7 @@ class XGBCostModel(CostModel):
         x = self._matrix(recs, targets)
         dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
         log_us = self.booster_.predict(dmat, output_margin=True).astype(float)
-        table = getattr(self, "stream_floor_", {})
-        estimate_us = stream_estimate_us(table, recs, targets)
-        log_us = np.where(estimate_us > 0, np.log(np.maximum(estimate_us, 1e-12)), log_us)
-        floor_us = stream_floor_us(table, recs, targets)
+        floor_us = stream_floor_us(getattr(self, "stream_floor_", {}), recs, targets)
         return np.where(floor_us > 0, np.maximum(log_us, np.log(np.maximum(floor_us, 1e-12))), log_us)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
