@@ -387,8 +387,9 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
     them with ``redo``; for a model larger than the L2 here, also the CPU kernels measured without an in-model
     timing, :mod:`autoplace.profile.cache_state`), the model's kernels inside its runs where no record has them
-    (:mod:`autoplace.profile.in_context`: the model built on each target kind here), and the copy costs and VM
-    call overheads it lacks; return ``costs`` with the new records.
+    (:mod:`autoplace.profile.in_context`: the model built on each target kind here, in ``MEASURE_ROUNDS`` rounds
+    checked against its kernels' own times, :func:`autoplace.profile.job.measure_in_context`), and the copy
+    costs and VM call overheads it lacks; return ``costs`` with the new records.
 
     Measurements go to :func:`autoplace.profile.measured_here_dir`. If the harness cannot run here
     (e.g. a script without a main guard), warn and return ``costs`` unchanged: the cost model prices
