@@ -513,27 +513,12 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
         speed = HostSpeed(best_canary_us(store.records())) if any(kind == "llvm" for kind, _ in todo) else None
         for kind, units in tqdm(todo, desc="kernels in context", unit="target", disable=not progress):
             placement = model_placement(model, graph, targets, kinds[kind])
-            inputs = model.random_inputs()
             ceiling = in_context_ceiling_us((kernel_us or {}).get(kind))
-
-            def one_round():
-                return in_context_fields(placement, inputs, units, speed=speed if kind == "llvm" else None)
-
-            timing, taken, deadline = one_round(), 1, time.perf_counter() + patience_s
-            while "in_context_us" in timing:
-                plausible = ceiling is None or sum(timing["in_context_us"]) <= ceiling
-                if taken >= rounds and (plausible or time.perf_counter() > deadline):
-                    break
-                if taken >= rounds:
-                    time.sleep(1.0)
-                more = one_round()
-                if "in_context_us" not in more:
-                    break
-                timing = {**more, **merge_in_context_rounds(timing, more)}
-                taken += 1
+            timing, taken = _in_context_rounds(placement, model.random_inputs(), units,
+                                               speed if kind == "llvm" else None, rounds, ceiling, patience_s)
             if "in_context_us" in timing:
                 timing["in_context_rounds"] = taken
-                if ceiling is not None and sum(timing["in_context_us"]) > ceiling:
+                if _above(timing, ceiling):
                     warnings.warn(
                         f"{model.name}: its kernels timed inside the model on {kind} added up to "
                         f"{sum(timing['in_context_us']):.0f} us in {taken} rounds over {patience_s:.0f} s, more than "
@@ -543,6 +528,29 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
                     continue
             out[kind] = _append(store, in_context_record(model.name, units, kind, timing))
     return out
+
+
+def _above(timing: dict, ceiling: float | None) -> bool:
+    """Whether in-context times add up to more than ``ceiling`` microseconds (never without a ceiling)."""
+    return ceiling is not None and sum(timing["in_context_us"]) > ceiling
+
+
+def _in_context_rounds(placement, inputs, units, speed, rounds: int, ceiling: float | None,
+                       patience_s: float) -> tuple[dict, int]:
+    """One build timed in context in ``rounds`` rounds, then one round a second while the merged times stay above
+    ``ceiling``, for up to ``patience_s`` (:func:`measure_in_context`); the merged timing and the rounds taken."""
+    deadline = time.perf_counter() + patience_s
+    timing, taken = in_context_fields(placement, inputs, units, speed=speed), 1
+    while "in_context_us" in timing and (
+            taken < rounds or (_above(timing, ceiling) and time.perf_counter() < deadline)):
+        if taken >= rounds:
+            time.sleep(1.0)  # waiting out a slow phase
+        more = in_context_fields(placement, inputs, units, speed=speed)
+        if "in_context_us" not in more:
+            break
+        timing = {**more, **merge_in_context_rounds(timing, more)}
+        taken += 1
+    return timing, taken
 
 
 def extract_models(models: Iterable, targets, kinds: dict) -> list:
