@@ -6,7 +6,10 @@ data movement, convolutions with other kernels, strides and groups, pooling, att
 matmuls. :func:`op_family_models` builds one small Relax model per (family, size): the op alone, or
 with the epilogue it is usually fused with (bias + ReLU after a convolution, the scale after
 ``Q @ K^T``), at 2-5 sizes per family drawn log-uniformly (stratified, seeded) from a few KB to a few
-MB of data, plus the shapes attention uses (``batch * heads``, ``seq``, ``head_dim``).
+MB of data, plus the shapes attention uses (``batch * heads``, ``seq``, ``head_dim``). A tiny tier
+(:data:`TINY_COUNTS`, names ending ``-tiny``) adds 1-6 models per family of 64-4096 elements on rows of
+8-128 (:data:`TINY_ELEMS`, :data:`TINY_WIDTHS`): one token of a decode step, test-sized models, the 1x1-5x5
+maps of a CNN's last stages, where loop overheads and rows that fill part of a vector decide a kernel's time.
 
 Every model is named ``ops-<family>-<shape>`` (``ops-gelu-96x768``, ``ops-conv2d_k5s2dw-64x28x28-64``):
 the evaluation's :func:`autoplace.cost_model.evaluate.family` reads them all as family ``ops``.
@@ -26,6 +29,7 @@ the cost model sees the kernels both produce.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -72,6 +76,10 @@ FAMILIES = {
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
+    # an explicit pad, then a convolution without padding: TF-style "same" padding (asymmetric at stride 2) as
+    # Hugging Face's MobileNet / EfficientNet ports compute it; fused, the pad is a block of its own before the
+    # window loops, where a convolution's own padding is a bounds check on every tap
+    "conv2d_tfpad": "conv",
     # a CNN's stages as torchvision's ResNets, VGG, Inception run them: 3x3 and 1x1 convolutions and max pools
     # on 112/56/28/14/7 feature maps with 32-256 channels
     "cnn_stage": "conv",
@@ -103,6 +111,20 @@ MAX_ELEMENTWISE_ELEMS = 1 << 22
 #: Row lengths (hidden sizes, vocabularies, images) the models draw from: powers of two and 3 * 2^k.
 _WIDTHS = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 3072)
 _CHANNELS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
+#: Element counts of the tiny tier: a decode step's one-token activations, a test-sized model's tensors, the
+#: last stages of a CNN (1x1-4x4 maps), where a kernel's loop overheads and odd row widths decide its time.
+TINY_ELEMS = (64, 4096)
+#: Row lengths of the tiny tier's tensors (a tiny model's hidden sizes and heads; a few lanes of a vector).
+TINY_WIDTHS = (8, 16, 24, 32, 48, 64, 96, 128)
+#: Models per family of the tiny tier (families not named here have none).
+TINY_COUNTS = {
+    **{f: 2 for f in ("sigmoid", "tanh", "exp", "erf", "gelu", "gelu_tanh", "silu", "softplus", "sin", "cos", "log",
+                      "power", "add", "mean", "sum", "max", "softmax", "layer_norm", "rms_norm", "group_norm",
+                      "transpose", "concat", "split", "strided_slice", "take", "embedding", "cumsum", "where")},
+    "pad": 6,
+    "conv2d_tfpad": 4,
+    **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
+}
 _NAME = re.compile(r"^ops-(?P<family>[a-z0-9_]+)-")
 
 
@@ -119,7 +141,13 @@ def _spread(rng, lo: float, hi: float, n: int) -> list[float]:
     return [math.exp(a + (i + rng.uniform()) / n * (b - a)) for i in range(n)]
 
 
-def _rows_cols(rng, elems: float, widths=_WIDTHS) -> tuple[int, int]:
+def _sizes(rng, lo: float, hi: float, n: int, tiny: bool) -> list[float]:
+    """``n`` element counts spread over ``[lo, hi]``, or over :data:`TINY_ELEMS` for the tiny tier."""
+    return _spread(rng, *TINY_ELEMS, n) if tiny else _spread(rng, lo, hi, n)
+
+
+def _rows_cols(rng, elems: float, widths=_WIDTHS, tiny: bool = False) -> tuple[int, int]:
+    widths = TINY_WIDTHS if tiny else widths
     cols = int(rng.choice([w for w in widths if w <= max(widths[0], elems / 2)]))
     return max(1, round(elems / cols)), cols
 
@@ -152,7 +180,7 @@ def _f32(*shapes) -> list:
 
 
 # -- elementwise ---------------------------------------------------------------------------------------
-def _elementwise(rng, family: str, n: int) -> list[Model]:
+def _elementwise(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     op = relax.op
@@ -178,8 +206,8 @@ def _elementwise(rng, family: str, n: int) -> list[Model]:
     # few hundred angles of a small model up to 1M elements (a few ms).
     lo, hi = (256, MAX_ELEMS) if family in ("sin", "cos", "log") else (2048, MAX_ELEMENTWISE_ELEMS)
     models = []
-    for i, elems in enumerate(_spread(rng, lo, hi, n)):
-        shape = _rows_cols(rng, elems)
+    for i, elems in enumerate(_sizes(rng, lo, hi, n, tiny)):
+        shape = _rows_cols(rng, elems, tiny=tiny)
         form = forms[i % len(forms)]
         if i % 3 == 2:  # with the bias add of the layer before (FFN: linear + bias -> activation)
             bias = _const(rng, shape[-1:])
@@ -191,12 +219,12 @@ def _elementwise(rng, family: str, n: int) -> list[Model]:
     return models
 
 
-def _add(rng, n: int) -> list[Model]:
+def _add(rng, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     models = []
-    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMENTWISE_ELEMS, n)):
-        shape = _rows_cols(rng, elems)
+    for i, elems in enumerate(_sizes(rng, 2048, MAX_ELEMENTWISE_ELEMS, n, tiny)):
+        shape = _rows_cols(rng, elems, tiny=tiny)
         if i % 2:  # residual add of two activations
             models.append(_model(f"ops-add-{_dims(shape)}-res", _f32(shape, shape),
                                  lambda bb, x, y: relax.op.add(x, y)))
@@ -225,14 +253,14 @@ def _residual(rng, n: int) -> list[Model]:
 
 
 # -- reductions and norms ------------------------------------------------------------------------------
-def _reduce_shape(rng, elems: float, i: int) -> tuple[tuple, list[int], str]:
+def _reduce_shape(rng, elems: float, i: int, tiny: bool = False) -> tuple[tuple, list[int], str]:
     """Three patterns in turn: along the last axis, along the middle axis (stride = row), spatial (NCHW)."""
     pattern = i % 3
     if pattern == 0:
-        rows, cols = _rows_cols(rng, elems)
+        rows, cols = _rows_cols(rng, elems, tiny=tiny)
         return (rows, cols), [1], "last"
     if pattern == 1:
-        d = int(rng.choice((64, 128, 256, 768)))
+        d = int(rng.choice((16, 32, 64) if tiny else (64, 128, 256, 768)))
         s = max(2, round(elems / d / 4))
         return (4, s, d), [1], "mid"
     c = int(rng.choice(_CHANNELS))
@@ -240,13 +268,13 @@ def _reduce_shape(rng, elems: float, i: int) -> tuple[tuple, list[int], str]:
     return (1, c, hw, hw), [2, 3], "hw"
 
 
-def _reduction(rng, family: str, n: int) -> list[Model]:
+def _reduction(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     fn = {"mean": relax.op.mean, "sum": relax.op.sum, "max": relax.op.max}[family]
     models = []
-    for i, elems in enumerate(_spread(rng, 4096, MAX_ELEMS, n)):
-        shape, axes, tag = _reduce_shape(rng, elems, i)
+    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n, tiny)):
+        shape, axes, tag = _reduce_shape(rng, elems, i, tiny)
         models.append(_model(f"ops-{family}-{_dims(shape)}-{tag}", _f32(shape),
                              lambda bb, x, axes=axes: fn(x, axis=axes, keepdims=True)))
     return models
@@ -269,24 +297,24 @@ def _softmax_body(bb, x):
     return relax.op.nn.softmax(x, -1)
 
 
-def _softmax(rng, n: int) -> list[Model]:
+def _softmax(rng, n: int, tiny: bool = False) -> list[Model]:
     models = []
-    n_attn = (n + 1) // 2
+    n_attn = 0 if tiny else (n + 1) // 2
     for i, (b, h, s, _) in enumerate(_attention_shapes(rng, n_attn)):
         shape = (b, h, s, s) if i % 2 else (b * h, s, s)  # torch emits 4D scores, ONNX often 3D
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
-    for elems in _spread(rng, 4096, MAX_ELEMS, n - n_attn):
-        shape = _rows_cols(rng, elems, _WIDTHS + (1000, 4096))  # classifier logits, vocabularies
+    for elems in _sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny):
+        shape = _rows_cols(rng, elems, _WIDTHS + (1000, 4096), tiny=tiny)  # classifier logits, vocabularies
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
     return models
 
 
-def _norm(rng, family: str, n: int) -> list[Model]:
+def _norm(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     op = relax.op
     models = []
-    for i, elems in enumerate(_spread(rng, 4096, MAX_ELEMS, n)):
+    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n, tiny)):
         if family == "group_norm":
             c = int(rng.choice((32, 64, 128, 256)))
             groups = int(rng.choice([g for g in (8, 16, 32) if c % g == 0]))
@@ -297,7 +325,7 @@ def _norm(rng, family: str, n: int) -> list[Model]:
                 f"ops-group_norm-{_dims(shape)}-g{groups}", _f32(shape),
                 lambda bb, x, g=gamma, b=beta, groups=groups: op.nn.group_norm(x, g, b, groups, 1, [2, 3])))
             continue
-        rows, hidden = _rows_cols(rng, elems, (64, 128, 256, 384, 512, 768, 1024, 2048, 4096))
+        rows, hidden = _rows_cols(rng, elems, (64, 128, 256, 384, 512, 768, 1024, 2048, 4096), tiny=tiny)
         shape = (rows, hidden) if i % 2 == 0 else (1, rows, hidden)
         gamma, beta = _const(rng, (hidden,)), _const(rng, (hidden,))
         if family == "layer_norm":
@@ -315,19 +343,19 @@ def _norm(rng, family: str, n: int) -> list[Model]:
 
 
 # -- data movement -------------------------------------------------------------------------------------
-def _movement(rng, family: str, n: int) -> list[Model]:
+def _movement(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     op = relax.op
     models = []
-    for i, elems in enumerate(_spread(rng, 2048, MAX_ELEMS, n)):
+    for i, elems in enumerate(_sizes(rng, 2048, MAX_ELEMS, n, tiny)):
         if family == "transpose":
             if i % 2:  # (B, S, H, D) -> (B, H, S, D): splitting heads
                 d = int(rng.choice((32, 64, 128)))
                 h = int(rng.choice((2, 4, 8, 12)))
                 shape, axes = (1, max(2, round(elems / h / d)), h, d), [0, 2, 1, 3]
             else:
-                shape, axes = _rows_cols(rng, elems), [1, 0]
+                shape, axes = _rows_cols(rng, elems, tiny=tiny), [1, 0]
             models.append(_model(f"ops-transpose-{_dims(shape)}", _f32(shape),
                                  lambda bb, x, axes=axes: op.permute_dims(x, axes)))
         elif family == "concat":
@@ -337,7 +365,7 @@ def _movement(rng, family: str, n: int) -> list[Model]:
                 hw = max(2, round(math.sqrt(elems / k / c)))
                 shapes, axis = [(1, c, hw, hw)] * k, 1
             else:
-                rows, cols = _rows_cols(rng, elems / k)
+                rows, cols = _rows_cols(rng, elems / k, tiny=tiny)
                 shapes, axis = [(rows, cols)] * k, 1
             models.append(_model(f"ops-concat-{k}x{_dims(shapes[0])}-a{axis}", _f32(*shapes),
                                  lambda bb, *xs, axis=axis: op.concat(list(xs), axis=axis)))
@@ -347,12 +375,12 @@ def _movement(rng, family: str, n: int) -> list[Model]:
                 hw = max(2, round(math.sqrt(elems / c)))
                 shape, parts, axis = (1, c, hw, hw), 2, 1
             else:  # fused QKV projection -> q, k, v
-                rows, cols = _rows_cols(rng, elems / 3, (64, 128, 256, 512, 768, 1024))
+                rows, cols = _rows_cols(rng, elems / 3, (64, 128, 256, 512, 768, 1024), tiny=tiny)
                 shape, parts, axis = (rows, 3 * cols), 3, 1
             models.append(_model(f"ops-split-{_dims(shape)}-{parts}", _f32(shape),
                                  lambda bb, x, parts=parts, axis=axis: op.split(x, parts, axis)))
         elif family == "strided_slice":
-            rows, cols = _rows_cols(rng, elems)
+            rows, cols = _rows_cols(rng, elems, tiny=tiny)
             if i % 2:  # every other element of the rows (x[:, ::2])
                 shape, args = (rows, cols), ([1], [0], [cols], [2])
                 tag = "step2"
@@ -362,7 +390,7 @@ def _movement(rng, family: str, n: int) -> list[Model]:
             models.append(_model(f"ops-strided_slice-{_dims(shape)}-{tag}", _f32(shape),
                                  lambda bb, x, args=args: op.strided_slice(x, *args)))
         elif family == "take":  # index_select along a row (axis 1) or of rows (axis 0)
-            rows, cols = _rows_cols(rng, elems)
+            rows, cols = _rows_cols(rng, elems, tiny=tiny)
             axis = i % 2
             size = (rows, cols)[axis]
             idx = relax.const(rng.integers(0, size, size=max(1, size // 2)).astype("int64"), "int64")
@@ -376,7 +404,7 @@ def _movement(rng, family: str, n: int) -> list[Model]:
             models.append(_model(f"ops-embedding-{vocab}x{d}-{tokens}", [("ids", (1, tokens), "int64")],
                                  lambda bb, ids, t=table: op.take(t, ids, axis=0)))
         elif family == "cumsum":
-            rows, cols = _rows_cols(rng, elems, (64, 128, 256, 512, 1024, 2048))
+            rows, cols = _rows_cols(rng, elems, (64, 128, 256, 512, 1024, 2048), tiny=tiny)
             axis = 1 if i % 2 == 0 else 0
             models.append(_model(f"ops-cumsum-{rows}x{cols}-a{axis}", _f32((rows, cols)),
                                  lambda bb, x, axis=axis: op.cumsum(x, axis=axis)))
@@ -403,7 +431,7 @@ def _movement(rng, family: str, n: int) -> list[Model]:
                     f"ops-where-{_dims(shape)}-mask", inputs,
                     lambda bb, x, m: op.where(m, x, relax.const(-1e9, "float32"))))
             else:  # select between two tensors on a comparison (leaky / clamp patterns)
-                shape = _rows_cols(rng, elems)
+                shape = _rows_cols(rng, elems, tiny=tiny)
                 models.append(_model(
                     f"ops-where-{_dims(shape)}", _f32(shape, shape),
                     lambda bb, x, y: op.where(op.greater(x, relax.const(0.0, "float32")), x, y)))
@@ -411,8 +439,10 @@ def _movement(rng, family: str, n: int) -> list[Model]:
 
 
 # -- convolutions and pooling --------------------------------------------------------------------------
-def _conv_geometry(rng, elems: float, k: int, s: int, grouping: str, max_macs: float = MAX_MACS):
-    """``(C, H, Cout, groups)`` of an NCHW convolution with about ``elems`` input elements."""
+def _conv_geometry(rng, elems: float, k: int, s: int, grouping: str, max_macs: float = MAX_MACS, min_h: int | None = None):
+    """``(C, H, Cout, groups)`` of an NCHW convolution with about ``elems`` input elements, maps of at least
+    ``min_h`` (default: the kernel size) pixels a side."""
+    min_h = k if min_h is None else min_h
     c = int(rng.choice(_CHANNELS))
     if grouping == "dw":
         groups, cout = c, c
@@ -421,7 +451,7 @@ def _conv_geometry(rng, elems: float, k: int, s: int, grouping: str, max_macs: f
         cout = c
     else:
         groups, cout = 1, int(rng.choice([x for x in _CHANNELS if c // 2 <= x <= 2 * c]))
-    h = max(k, round(math.sqrt(elems / c)))
+    h = max(min_h, round(math.sqrt(elems / c)))
     while True:
         oh = (h + 2 * (k // 2) - k) // s + 1
         macs = cout * (c // groups) * k * k * oh * oh
@@ -433,15 +463,16 @@ def _conv_geometry(rng, elems: float, k: int, s: int, grouping: str, max_macs: f
             c, cout, groups = c // 2, cout // 2, max(1, groups // 2) if grouping != "g1" else 1
 
 
-def _conv2d(rng, family: str, n: int) -> list[Model]:
+def _conv2d(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     from tvm import relax
 
     op = relax.op
     m = re.match(r"conv2d_k(\d)s(\d)(\w+)", family)
     k, s, grouping = int(m.group(1)), int(m.group(2)), m.group(3)
     models = []
-    for i, elems in enumerate(_spread(rng, 4096, 600_000, n)):
-        c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping)
+    for i, elems in enumerate(_spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)):
+        # tiny: MobileNet's last stages, 1x1-5x5 maps of 16-256 channels (a 3x3 window larger than the map)
+        c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping, min_h=1 if tiny else None)
         weight = _const(rng, (cout, c // groups, k, k))
         epilogue = i % 2 == 1
         bias = _const(rng, (1, cout, 1, 1))
@@ -453,6 +484,38 @@ def _conv2d(rng, family: str, n: int) -> list[Model]:
             return y
 
         name = f"ops-{family}-{c}x{h}x{h}-{cout}" + ("-relu" if epilogue else "")
+        models.append(_model(name, _f32((1, c, h, h)), body))
+    return models
+
+
+#: ``(kernel, stride, grouping)`` of the ``conv2d_tfpad`` models, in turn (depthwise first: MobileNet's).
+TFPAD_CONVS = ((3, 1, "dw"), (3, 2, "dw"), (5, 1, "dw"), (3, 1, "g1"), (5, 2, "dw"), (3, 2, "g1"), (7, 1, "dw"),
+               (1, 1, "g1"))
+
+
+def _conv2d_tfpad(rng, n: int, tiny: bool = False) -> list[Model]:
+    """Pad, then a convolution without padding (with bias + ReLU6 every other model), :data:`TFPAD_CONVS` in turn:
+    the pad TF computes for "same" (``k - 1`` split, the extra pixel after at stride 2)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)):
+        k, s, grouping = TFPAD_CONVS[i % len(TFPAD_CONVS)]
+        c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping, min_h=1 if tiny else None)
+        total = max(k - s, 0) if h % s == 0 else max(k - h % s, 0)  # TF: pad so that out = ceil(h / s)
+        before, after = total // 2, total - total // 2
+        width = [0, 0, 0, 0, before, after, before, after]
+        weight, bias = _const(rng, (cout, c // groups, k, k)), _const(rng, (1, cout, 1, 1))
+        epilogue = i % 2 == 1
+
+        def body(bb, x, w=weight, b=bias, groups=groups, s=s, width=width, epilogue=epilogue):
+            y = op.nn.conv2d(bb.emit(op.nn.pad(x, width)), w, strides=s, groups=groups)
+            if epilogue:  # conv + bias + ReLU6 (MobileNet's clip)
+                y = op.clip(op.add(bb.emit(y), b), 0.0, 6.0)
+            return y
+
+        name = f"ops-conv2d_tfpad-k{k}s{s}{grouping}-{c}x{h}x{h}-{cout}" + ("-relu6" if epilogue else "")
         models.append(_model(name, _f32((1, c, h, h)), body))
     return models
 
@@ -646,11 +709,11 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "pad": 6,
-          "conv_head": 8}
+          "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
 
-def op_family_models(seed: int = 0, families=None) -> list[Model]:
+def op_family_models(seed: int = 0, families=None, tiny: bool = True) -> list[Model]:
     """Single-op models of every family in :data:`FAMILIES` (see the module notes).
 
     Parameters
@@ -660,50 +723,78 @@ def op_family_models(seed: int = 0, families=None) -> list[Model]:
     families : iterable of str, optional
         Only these families (default: all). Each family draws from its own seeded stream, so a
         family's models do not depend on which others are built.
+    tiny : bool
+        Also the tiny tier (:data:`TINY_COUNTS` models of the families there, :data:`TINY_ELEMS` elements,
+        named ``...-tiny``), drawn from streams of their own: with or without it the other models are the same.
 
     Returns
     -------
     list of autoplace.Model
-        Named ``ops-<family>-<shape>``.
+        Named ``ops-<family>-<shape>``, the tiny tier after the others.
     """
     chosen = list(FAMILIES) if families is None else list(families)
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
         raise ValueError(f"unknown op families {unknown}; known: {list(FAMILIES)}")
-    models = []
-    for family in chosen:
-        # One stream per family: stable under adding or removing other families.
-        rng = np.random.default_rng([seed, sum(ord(ch) * 131**i for i, ch in enumerate(family)) % (1 << 32)])
-        group = FAMILIES[family]
-        count = COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
-        if family == "add":
-            models += _add(rng, count)
-        elif family == "residual":
-            models += _residual(rng, count)
-        elif group == "elementwise":
-            models += _elementwise(rng, family, count)
-        elif family in ("mean", "sum", "max"):
-            models += _reduction(rng, family, count)
-        elif family == "softmax":
-            models += _softmax(rng, count)
-        elif group == "reduction":
-            models += _norm(rng, family, count)
-        elif group == "movement":
-            models += _movement(rng, family, count)
-        elif family == "conv1d":
-            models += _conv1d(rng)
-        elif family == "cnn_stage":
-            models += _cnn_stage(rng, count)
-        elif family == "conv_head":
-            models += _conv_head(rng, count)
-        elif group == "conv":
-            models += _conv2d(rng, family, count)
-        elif group == "pool":
-            models += _pool(rng, family, count)
-        elif family == "linear":
-            models += _linear(rng, count)
-        elif family == "attn_tokens":
-            models += _attention_tokens(rng, count)
-        else:
-            models += _attention(rng, family, count)
+    models = [m for family in chosen for m in _family_models(seed, family)]
+    if tiny:
+        models += [dataclasses.replace(m, name=f"{m.name}-tiny")
+                   for family in chosen if family in TINY_COUNTS for m in _family_models(seed, family, tiny=True)]
     return models
+
+
+def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
+    """The models of one family (its tiny tier with ``tiny``), from the family's own seeded stream."""
+    # One stream per family (and tier): stable under adding or removing other families.
+    stream = [seed, sum(ord(ch) * 131**i for i, ch in enumerate(family)) % (1 << 32)] + ([1] if tiny else [])
+    rng = np.random.default_rng(stream)
+    group = FAMILIES[family]
+    if tiny:
+        count = TINY_COUNTS[family]
+        if family == "add":
+            return _add(rng, count, tiny=True)
+        if group == "elementwise":
+            return _elementwise(rng, family, count, tiny=True)
+        if family in ("mean", "sum", "max"):
+            return _reduction(rng, family, count, tiny=True)
+        if family == "softmax":
+            return _softmax(rng, count, tiny=True)
+        if group == "reduction":
+            return _norm(rng, family, count, tiny=True)
+        if group == "movement":
+            return _movement(rng, family, count, tiny=True)
+        if family == "conv2d_tfpad":
+            return _conv2d_tfpad(rng, count, tiny=True)
+        return _conv2d(rng, family, count, tiny=True)
+    count = COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
+    if family == "add":
+        return _add(rng, count)
+    if family == "residual":
+        return _residual(rng, count)
+    if group == "elementwise":
+        return _elementwise(rng, family, count)
+    if family in ("mean", "sum", "max"):
+        return _reduction(rng, family, count)
+    if family == "softmax":
+        return _softmax(rng, count)
+    if group == "reduction":
+        return _norm(rng, family, count)
+    if group == "movement":
+        return _movement(rng, family, count)
+    if family == "conv1d":
+        return _conv1d(rng)
+    if family == "conv2d_tfpad":
+        return _conv2d_tfpad(rng, count)
+    if family == "cnn_stage":
+        return _cnn_stage(rng, count)
+    if family == "conv_head":
+        return _conv_head(rng, count)
+    if group == "conv":
+        return _conv2d(rng, family, count)
+    if group == "pool":
+        return _pool(rng, family, count)
+    if family == "linear":
+        return _linear(rng, count)
+    if family == "attn_tokens":
+        return _attention_tokens(rng, count)
+    return _attention(rng, family, count)
