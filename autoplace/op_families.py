@@ -119,8 +119,13 @@ TINY_WIDTHS = (8, 16, 24, 32, 48, 64, 96, 128)
 #: Models per family of the tiny tier (families not named here have none).
 TINY_COUNTS = {
     **{f: 2 for f in ("sigmoid", "tanh", "exp", "erf", "gelu", "gelu_tanh", "silu", "softplus", "sin", "cos", "log",
-                      "power", "add", "mean", "sum", "max", "softmax", "layer_norm", "rms_norm", "group_norm",
+                      "add", "sum", "max", "group_norm",
                       "transpose", "concat", "split", "strided_slice", "take", "embedding", "cumsum", "where")},
+    # a transformer block's own: its norms (RMSNorm in both forms), x ** 2, attention's softmax over rows of 8-128
+    **{f: 4 for f in ("power", "mean")},
+    # row reductions: one model per row width of TINY_WIDTHS (both RMSNorm forms at each), whose time per row
+    # jumps where the row stops filling whole vectors (Zen 4, RMSNorm: 57 ns a row of 32, 17 a row of 64)
+    "softmax": 8, "layer_norm": 8, "rms_norm": 16,
     "pad": 6,
     "conv2d_tfpad": 4,
     **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
@@ -303,8 +308,8 @@ def _softmax(rng, n: int, tiny: bool = False) -> list[Model]:
     for i, (b, h, s, _) in enumerate(_attention_shapes(rng, n_attn)):
         shape = (b, h, s, s) if i % 2 else (b * h, s, s)  # torch emits 4D scores, ONNX often 3D
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
-    for elems in _sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny):
-        shape = _rows_cols(rng, elems, _WIDTHS + (1000, 4096), tiny=tiny)  # classifier logits, vocabularies
+    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny)):
+        shape = _rows_cols(rng, elems, (TINY_WIDTHS[i % len(TINY_WIDTHS)],) if tiny else _WIDTHS + (1000, 4096))  # classifier logits, vocabularies
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
     return models
 
@@ -325,7 +330,8 @@ def _norm(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
                 f"ops-group_norm-{_dims(shape)}-g{groups}", _f32(shape),
                 lambda bb, x, g=gamma, b=beta, groups=groups: op.nn.group_norm(x, g, b, groups, 1, [2, 3])))
             continue
-        rows, hidden = _rows_cols(rng, elems, (64, 128, 256, 384, 512, 768, 1024, 2048, 4096), tiny=tiny)
+        width = TINY_WIDTHS[(i // 2 if family == "rms_norm" else i) % len(TINY_WIDTHS)]  # tiny: every row width
+        rows, hidden = _rows_cols(rng, elems, (width,) if tiny else (64, 128, 256, 384, 512, 768, 1024, 2048, 4096))
         shape = (rows, hidden) if i % 2 == 0 else (1, rows, hidden)
         gamma, beta = _const(rng, (hidden,)), _const(rng, (hidden,))
         if family == "layer_norm":

@@ -121,8 +121,9 @@ def test_the_list_is_the_same_for_a_seed_and_per_family():
 
 def test_every_model_extracts_units_and_the_work_stays_small(units):
     total = sum(len(us) for us in units.values())
-    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 349 with session 19's tiny tier
-    assert 250 <= total <= 400, total
+    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 410 with session 19's tiny tier
+    # and conv2d_tfpad (148 kernels, 2.5 min on the Zen 4)
+    assert 350 <= total <= 450, total
     for name, us in units.items():
         assert us, name
         for _, rec in us:
