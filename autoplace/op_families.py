@@ -500,8 +500,10 @@ TFPAD_CONVS = ((3, 1, "dw"), (3, 2, "dw"), (5, 1, "dw"), (3, 1, "g1"), (5, 2, "d
 
 
 def _conv2d_tfpad(rng, n: int, tiny: bool = False) -> list[Model]:
-    """Pad, then a convolution without padding (with bias + ReLU6 every other model), :data:`TFPAD_CONVS` in turn:
-    the pad TF computes for "same" (``k - 1`` split, the extra pixel after at stride 2)."""
+    """MobileNet's inverted-residual front with TF-style padding: a 1x1 convolution + bias + ReLU6 widens the input
+    to C channels, the pad TF computes for "same" (``k - 1`` split, the extra pixel after at stride 2), then a
+    k x k convolution without padding (+ bias + ReLU6 every other model), :data:`TFPAD_CONVS` in turn. FuseOps puts
+    the pad in the 1x1 convolution's epilogue: the k x k one reads a padded map, as in Hugging Face's MobileNetV2."""
     from tvm import relax
 
     op = relax.op
@@ -509,20 +511,24 @@ def _conv2d_tfpad(rng, n: int, tiny: bool = False) -> list[Model]:
     for i, elems in enumerate(_spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)):
         k, s, grouping = TFPAD_CONVS[i % len(TFPAD_CONVS)]
         c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping, min_h=1 if tiny else None)
+        cin = max(8, c // int(rng.choice((2, 4, 6))))  # expansion factor of the 1x1 convolution
         total = max(k - s, 0) if h % s == 0 else max(k - h % s, 0)  # TF: pad so that out = ceil(h / s)
         before, after = total // 2, total - total // 2
         width = [0, 0, 0, 0, before, after, before, after]
+        expand, expand_bias = _const(rng, (c, cin, 1, 1)), _const(rng, (1, c, 1, 1))
         weight, bias = _const(rng, (cout, c // groups, k, k)), _const(rng, (1, cout, 1, 1))
         epilogue = i % 2 == 1
 
-        def body(bb, x, w=weight, b=bias, groups=groups, s=s, width=width, epilogue=epilogue):
-            y = op.nn.conv2d(bb.emit(op.nn.pad(x, width)), w, strides=s, groups=groups)
+        def body(bb, x, e=expand, eb=expand_bias, w=weight, b=bias, groups=groups, s=s, width=width,
+                 epilogue=epilogue):
+            y = op.clip(op.add(bb.emit(op.nn.conv2d(x, e)), eb), 0.0, 6.0)
+            y = op.nn.conv2d(bb.emit(op.nn.pad(bb.emit(y), width)), w, strides=s, groups=groups)
             if epilogue:  # conv + bias + ReLU6 (MobileNet's clip)
                 y = op.clip(op.add(bb.emit(y), b), 0.0, 6.0)
             return y
 
-        name = f"ops-conv2d_tfpad-k{k}s{s}{grouping}-{c}x{h}x{h}-{cout}" + ("-relu6" if epilogue else "")
-        models.append(_model(name, _f32((1, c, h, h)), body))
+        name = f"ops-conv2d_tfpad-k{k}s{s}{grouping}-{cin}x{h}x{h}-{c}-{cout}" + ("-relu6" if epilogue else "")
+        models.append(_model(name, _f32((1, cin, h, h)), body))
     return models
 
 

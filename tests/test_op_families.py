@@ -96,18 +96,24 @@ def test_the_tiny_tier_adds_kernels_of_a_few_kb_and_leaves_the_other_models_as_t
 
 
 def test_tf_style_padding_is_a_pad_before_a_convolution_without_padding(units):
-    found = [r for n, us in units.items() if family_of(n) == "conv2d_tfpad" for _, r in us]
-    convs = [r for r in found if r["anchor_op"] == "relax.nn.conv2d"]
-    assert len(convs) == 12 and all(not any(r["anchor_attrs"]["padding"]) for r in convs)
-    depthwise = [r for r in convs if r["anchor_attrs"]["groups"] > 1]
+    tfpad = {n: [r for _, r in us] for n, us in units.items() if family_of(n) == "conv2d_tfpad"}
+    assert len(tfpad) == 12
+    fused_pads = stand_alone_pads = 0
+    for name, recs in tfpad.items():
+        convs = [r for r in recs if r["anchor_op"] == "relax.nn.conv2d"]
+        assert len(convs) == 2 and all(not any(r["anchor_attrs"]["padding"]) for r in convs), name
+        # the k x k convolution reads the padded map and gives TF's "same" output size, ceil(h / stride)
+        k, s = (int(v) for v in re.search(r"-k(\d)s(\d)", name).groups())
+        h = int(re.search(r"-\d+x(\d+)x\d+-", name).group(1))
+        window = next(r for r in convs if r["anchor_input_shapes"][1][-1] == k)
+        assert window["arg_shapes"][-1][-1] == -(-h // s), name
+        fused_pads += any("relax.nn.pad" in r["ops"] and len(r["ops"]) > 1 for r in convs)
+        stand_alone_pads += any(r["ops"] == ["relax.nn.pad"] for r in recs)
+    # FuseOps puts some pads in the 1x1 convolution's epilogue (as in MobileNetV2), leaves others on their own
+    assert fused_pads >= 2 and stand_alone_pads >= 2, (fused_pads, stand_alone_pads)
+    depthwise = [r for recs in tfpad.values() for r in recs
+                 if r["anchor_op"] == "relax.nn.conv2d" and r["anchor_attrs"]["groups"] > 1]
     assert len(depthwise) >= 6 and {r["anchor_attrs"]["strides"][0] for r in depthwise} == {1, 2}
-    assert any(r["anchor_op"] == "relax.nn.pad" for r in found)
-    # the padded input is what the convolution reads: TF's "same" output size, ceil(h / stride)
-    for name, us in units.items():
-        if family_of(name) == "conv2d_tfpad":
-            h = int(re.search(r"-\d+x(\d+)x\d+-", name).group(1))
-            conv = next(r for _, r in us if r["anchor_op"] == "relax.nn.conv2d")
-            assert conv["arg_shapes"][-1][-1] == -(-h // conv["anchor_attrs"]["strides"][0]), name
 
 
 def test_the_list_is_the_same_for_a_seed_and_per_family():
@@ -121,8 +127,8 @@ def test_the_list_is_the_same_for_a_seed_and_per_family():
 
 def test_every_model_extracts_units_and_the_work_stays_small(units):
     total = sum(len(us) for us in units.values())
-    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 410 with session 19's tiny tier
-    # and conv2d_tfpad (148 kernels, 2.5 min on the Zen 4)
+    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 419 with session 19's tiny tier
+    # and conv2d_tfpad (157 kernels, 3 min on the Zen 4)
     assert 350 <= total <= 450, total
     for name, us in units.items():
         assert us, name
