@@ -9,6 +9,7 @@ import textwrap
 import time
 import warnings
 
+import numpy as np
 import pytest
 import tvm
 
@@ -156,18 +157,29 @@ def test_resume_after_kill_loses_nothing(tmp_path):
 
 def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     """Build here, run with the bundle's standalone runner, merge: the CPU stands in for the device box."""
+    from autoplace.profile.job import fastest_rounds
     from autoplace.profile.remote import build_bundle, merge_records
 
     bundle = tmp_path / "bundle"
     manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096))
     assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
-    subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"],
-                   check=True, timeout=300, cwd=str(tmp_path), env=env)  # runs outside the repo: needs no autoplace
+    run = [sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"]
+    subprocess.run(run + ["--rounds", "2"], check=True, timeout=300, cwd=str(tmp_path), env=env)  # needs no autoplace
+    lines = (bundle / "records.jsonl").read_text().splitlines()
+    assert sorted({json.loads(line)["round"] for line in lines}) == [1, 2] and len(lines) % 2 == 0
+    # resumable by item and round: a third round adds one line per item, nothing else is timed again
+    subprocess.run(run + ["--rounds", "3"], check=True, timeout=300, cwd=str(tmp_path), env=env)
+    assert len((bundle / "records.jsonl").read_text().splitlines()) == len(lines) * 3 // 2
     folder = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))
     df = ProfileStore(folder).records()
     assert set(df["kind"]) == {"unit", "copy", "copy_fit", "launch"}
     assert (df["status"] == "ok").all()
+    # one record per item, its rounds merged as a profile job merges them (median of the fastest rounds)
+    unit = df[df["kind"] == "unit"].iloc[0]
+    assert unit["rounds"] == 3 and len(unit["round_medians_us"]) == 3 and "round" not in df
+    assert unit["median_us"] == pytest.approx(float(np.median(fastest_rounds(unit["round_medians_us"]))))
+    assert len(df[df["kind"] == "copy"]) == 4
     # TVM alone would run CPU kernels on half the logical CPUs; the runner uses every physical core
     from autoplace.backend.cpu_threads import physical_cores
 

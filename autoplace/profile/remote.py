@@ -256,6 +256,30 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
     return manifest
 
 
+def merge_bundle_rounds(records: list) -> list:
+    """One record per item of a bundle runner's records (``runner.py --rounds N`` writes one per round, each
+    with its ``round``): the rounds of an item merged as a profile job merges its rounds
+    (:func:`~autoplace.profile.job.merge_rounds`: the median of the rounds within 10% of the fastest). An item
+    with a failed round keeps its first failure. Order: each item where its first round was."""
+    from .job import merge_rounds
+
+    merged: dict = {}
+    for record in sorted(records, key=lambda r: r.get("round", 1)):
+        tag = (record.get("kind"), record.get("key"), record.get("target"))
+        record = {k: v for k, v in record.items() if k not in ("crc", "round")}
+        previous = merged.get(tag)
+        if previous is None:
+            merged[tag] = record
+        elif previous.get("status") == "ok" and record.get("status") == "ok":  # measured there, not now
+            merged[tag] = dict(merge_rounds(previous, record), measured_at=record.get("measured_at"))
+        elif previous.get("status") == "ok":
+            merged[tag] = record
+    order = {}
+    for record in records:
+        order.setdefault((record.get("kind"), record.get("key"), record.get("target")), len(order))
+    return sorted(merged.values(), key=lambda r: order[(r.get("kind"), r.get("key"), r.get("target"))])
+
+
 def merge_records(records_path: str, profiles_root: str = "profiles", *, log=print) -> str:
     """Check the runner's records (CRC), derive copy fits and call overhead, and append them to
     ``profiles_root/<hardware id>/``; returns that folder. Already merged records are skipped."""
@@ -275,6 +299,7 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
                 bad += 1
                 continue
             good.append(record)
+    good = merge_bundle_rounds(good)
     store = ProfileStore(os.path.join(profiles_root, meta["hardware_id"]), metadata=meta)
     done = store.done()
     added = 0
@@ -289,7 +314,6 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
             copies.setdefault(record["target"], []).append(record)
         if (record["kind"], record["key"], record["target"]) in done:
             continue
-        record = {k: v for k, v in record.items() if k != "crc"}
         store.append(record)
         added += 1
     for label, pair in probes.items():

@@ -1,12 +1,16 @@
 """Time compiled kernels and VM executables with TVM's ``time_evaluator``: a bundle's runner, and the
 per-item code the RPC path (:mod:`autoplace.profile.rpc`) runs with a remote session's devices.
 
-    TVM_USE_RUNTIME_LIB=1 python runner.py BUNDLE_DIR [--out BUNDLE_DIR/records.jsonl]
+    TVM_USE_RUNTIME_LIB=1 python runner.py BUNDLE_DIR [--out BUNDLE_DIR/records.jsonl] [--rounds 3]
 
 Reads ``manifest.json``, loads each compiled kernel / VM executable, times it and appends one
 CRC-checked JSON line per measurement (the format of ``autoplace.profile.store``), tagged with this
-machine's hardware id. Resumable: records already in the output file are skipped. This file is copied
-into every bundle and imports only tvm.runtime, numpy and the standard library.
+machine's hardware id. ``--rounds N`` times every item N times, round by round (round 2 starts when every
+item had round 1: on a shared box a slow phase then spoils one round of an item, not all of them, and placed
+models of a plan bundle are timed side by side); each line says its ``round``, and ``autoplace profile --merge``
+keeps the median of each item's rounds within 10% of its fastest (``autoplace.profile.job.merge_rounds``).
+Resumable: records already in the output file (item and round) are skipped. This file is copied into every
+bundle and imports only tvm.runtime, numpy and the standard library.
 
 :func:`run_item` times one manifest item given how to load a module file and how to make a device:
 the runner passes ``tvm.runtime.load_module`` and ``tvm.device``; the RPC path passes
@@ -294,7 +298,10 @@ def main(argv=None):
     parser.add_argument("--out")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1, help="time every item this many times, round by round")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     use_physical_cores()
     import tvm  # the runtime is enough (TVM_USE_RUNTIME_LIB=1)
     from tvm.runtime import vm as runtime_vm
@@ -315,7 +322,7 @@ def main(argv=None):
                 except ValueError:
                     continue
                 if r.get("crc") == _crc(r):
-                    done.add((r.get("kind"), r.get("key"), r.get("target")))
+                    done.add((r.get("kind"), r.get("key"), r.get("target"), r.get("round", 1)))
     timing = dict(number=1, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
 
     def write(record):
@@ -342,16 +349,16 @@ def main(argv=None):
                 print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
         return present[kind]
 
-    for n, item in enumerate(items, 1):
-        record = dict(item["record"])
+    todo = [(r, n, item) for r in range(1, args.rounds + 1) for n, item in enumerate(items, 1)]
+    for r, n, item in todo:
+        record = dict(item["record"], round=r)
         kinds = [item["kind"]] if "kind" in item else [k for k, _ in item["devices"]]
         if not all(available(k) for k in kinds):
             continue
-        tag = (record["kind"], record["key"], record["target"])
-        if tag in done:
+        if (record["kind"], record["key"], record["target"], r) in done:
             continue
-        print(f"[{n}/{len(items)}] {record['kind']} {record['target']} {record.get('func_name', record['key'])}",
-              flush=True)
+        print(f"[{n}/{len(items)}{f', round {r}/{args.rounds}' if args.rounds > 1 else ''}] {record['kind']} "
+              f"{record['target']} {record.get('func_name', record['key'])}", flush=True)
         arrays = None
         if "arrays" in item:  # a placed model: inputs and weights saved beside it
             saved = np.load(os.path.join(args.bundle, item["arrays"]))
