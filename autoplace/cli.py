@@ -328,17 +328,18 @@ def cmd_profile(args) -> int:
         return 0
     if args.dir and args.out:
         raise AutoplaceError("give --dir (the exact profile folder) or --out (the profiles root), not both")
-    if args.rounds != 1 and (rpc is not None or args.bundle):
-        raise AutoplaceError(f"--rounds {args.rounds} is for a job on this machine; over --rpc or in a --bundle "
-                             "every kernel is timed once (drop --rounds)")
+    if args.rounds != 1 and rpc is not None:
+        raise AutoplaceError(f"--rounds {args.rounds} is for a job on this machine or a --bundle; over --rpc every "
+                             "kernel is timed once (drop --rounds)")
     targets = _targets(args.targets)
     specs = _model_specs(args)
     if args.bundle:
         check_output_dir(args.bundle, "--bundle")
         from .profile.remote import build_bundle
 
-        build_bundle(_load(specs), targets, args.bundle)
-        print(f"next, on the device machine (TVM runtime only): python {args.bundle}/runner.py {args.bundle}\n"
+        build_bundle(_load(specs), targets, args.bundle, rounds=args.rounds)
+        print(f"next, on the device machine (TVM runtime only): python {args.bundle}/runner.py {args.bundle}"
+              + (f" (times every item {args.rounds} times, round by round)" if args.rounds > 1 else "") + "\n"
               f"then here: autoplace profile --merge {args.bundle}/records.jsonl")
         return 0
     # The timer's options are checked when it is made: before any model is loaded or anything written.

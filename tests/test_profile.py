@@ -161,11 +161,12 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     from autoplace.profile.remote import build_bundle, merge_records
 
     bundle = tmp_path / "bundle"
-    manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096))
-    assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4
+    manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096),
+                            rounds=2)
+    assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4 and manifest["rounds"] == 2
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     run = [sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"]
-    subprocess.run(run + ["--rounds", "2"], check=True, timeout=300, cwd=str(tmp_path), env=env)  # needs no autoplace
+    subprocess.run(run, check=True, timeout=300, cwd=str(tmp_path), env=env)  # the bundle's 2 rounds; no autoplace
     lines = (bundle / "records.jsonl").read_text().splitlines()
     assert sorted({json.loads(line)["round"] for line in lines}) == [1, 2] and len(lines) % 2 == 0
     # resumable by item and round: a third round adds one line per item, nothing else is timed again

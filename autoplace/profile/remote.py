@@ -207,11 +207,13 @@ def copy_fit_record(label: str, rows: list) -> dict:
 # ---------------------------------------------------------------------------------------------- bundles
 
 
-def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, log=print) -> dict:
-    """Compile kernels and probes for ``targets`` into ``bundle_dir``; returns the manifest."""
+def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, rounds: int = 1,
+                 log=print) -> dict:
+    """Compile kernels and probes for ``targets`` into ``bundle_dir``; returns the manifest. ``rounds``: how many
+    times the runner times every item unless told otherwise (``runner.py --rounds``)."""
     targets = TargetSet(targets)
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
-    manifest = dict(tvm_version=tvm.__version__, targets={n: str(targets[n].target) for n in targets},
+    manifest = dict(tvm_version=tvm.__version__, rounds=int(rounds), targets={n: str(targets[n].target) for n in targets},
                     units=[], launch=[], copies=[], models=[])
     seen = set()
     kinds = {}

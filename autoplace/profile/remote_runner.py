@@ -298,9 +298,10 @@ def main(argv=None):
     parser.add_argument("--out")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=1, help="time every item this many times, round by round")
+    parser.add_argument("--rounds", type=int,
+                        help="time every item this many times, round by round (default: the bundle's, else 1)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
+    if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, not {args.rounds}")
     use_physical_cores()
     import tvm  # the runtime is enough (TVM_USE_RUNTIME_LIB=1)
@@ -309,6 +310,7 @@ def main(argv=None):
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
     out = args.out or os.path.join(args.bundle, "records.jsonl")
+    rounds = args.rounds or int(manifest.get("rounds", 1))
     meta = hardware(getattr(tvm, "__version__", manifest.get("tvm_version", "unknown")),
                     threads=int(tvm.get_global_func("runtime.NumThreads")()))
     with open(os.path.join(os.path.dirname(out) or ".", "metadata.json"), "w") as f:
@@ -349,7 +351,7 @@ def main(argv=None):
                 print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
         return present[kind]
 
-    todo = [(r, n, item) for r in range(1, args.rounds + 1) for n, item in enumerate(items, 1)]
+    todo = [(r, n, item) for r in range(1, rounds + 1) for n, item in enumerate(items, 1)]
     for r, n, item in todo:
         record = dict(item["record"], round=r)
         kinds = [item["kind"]] if "kind" in item else [k for k, _ in item["devices"]]
@@ -357,7 +359,7 @@ def main(argv=None):
             continue
         if (record["kind"], record["key"], record["target"], r) in done:
             continue
-        print(f"[{n}/{len(items)}{f', round {r}/{args.rounds}' if args.rounds > 1 else ''}] {record['kind']} "
+        print(f"[{n}/{len(items)}{f', round {r}/{rounds}' if rounds > 1 else ''}] {record['kind']} "
               f"{record['target']} {record.get('func_name', record['key'])}", flush=True)
         arrays = None
         if "arrays" in item:  # a placed model: inputs and weights saved beside it
