@@ -2,7 +2,7 @@
 # Pack what a GPU box (Python 3.12, CUDA, no network, no TVM compiler) needs to profile and time here-built
 # kernels and placed models:  gpu_carry/{rt/tvm (runtime-only TVM), wheels/ (tvm-ffi for cp312), bundle/}.
 #
-#   bash experiments/gpu/pack.sh [bundle options...]      # default: the zoo + the stride grid, CPU + CUDA
+#   bash experiments/gpu/pack.sh [bundle options...]      # default: the zoo + the stride grid, CPU + CUDA, 3 rounds
 #
 # Then, on the device (see experiments/gpu/README.md):
 #   pip install --no-deps --no-index gpu_carry/wheels/*.whl
@@ -23,7 +23,7 @@ find "$CARRY/rt" -name __pycache__ -prune -exec rm -rf {} +
     --platform manylinux_2_28_x86_64 -d "$CARRY/wheels" "apache-tvm-ffi==$FFI"
 if [ "$#" -eq 0 ]; then
   set -- --zoo mlp cnn bert seed003 inception mlp-base cnn-base bert-base inception-base seed003-base grid \
-         --targets '{"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}}'
+         --targets '{"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}}' --rounds 3
 fi
 "$PY" -m autoplace profile "$@" --bundle "$CARRY/bundle"
 du -sh "$CARRY" "$CARRY"/*
