@@ -761,48 +761,32 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
     stream = [seed, sum(ord(ch) * 131**i for i, ch in enumerate(family)) % (1 << 32)] + ([1] if tiny else [])
     rng = np.random.default_rng(stream)
     group = FAMILIES[family]
-    if tiny:
-        count = TINY_COUNTS[family]
-        if family == "add":
-            return _add(rng, count, tiny=True)
-        if group == "elementwise":
-            return _elementwise(rng, family, count, tiny=True)
-        if family in ("mean", "sum", "max"):
-            return _reduction(rng, family, count, tiny=True)
-        if family == "softmax":
-            return _softmax(rng, count, tiny=True)
-        if group == "reduction":
-            return _norm(rng, family, count, tiny=True)
-        if group == "movement":
-            return _movement(rng, family, count, tiny=True)
-        if family == "conv2d_tfpad":
-            return _conv2d_tfpad(rng, count, tiny=True)
-        return _conv2d(rng, family, count, tiny=True)
-    count = COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
+    # (the tiny tier's families, TINY_COUNTS, all take ``tiny``)
+    count = TINY_COUNTS[family] if tiny else COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
     if family == "add":
-        return _add(rng, count)
+        return _add(rng, count, tiny=tiny)
     if family == "residual":
         return _residual(rng, count)
     if group == "elementwise":
-        return _elementwise(rng, family, count)
+        return _elementwise(rng, family, count, tiny=tiny)
     if family in ("mean", "sum", "max"):
-        return _reduction(rng, family, count)
+        return _reduction(rng, family, count, tiny=tiny)
     if family == "softmax":
-        return _softmax(rng, count)
+        return _softmax(rng, count, tiny=tiny)
     if group == "reduction":
-        return _norm(rng, family, count)
+        return _norm(rng, family, count, tiny=tiny)
     if group == "movement":
-        return _movement(rng, family, count)
+        return _movement(rng, family, count, tiny=tiny)
     if family == "conv1d":
         return _conv1d(rng)
     if family == "conv2d_tfpad":
-        return _conv2d_tfpad(rng, count)
+        return _conv2d_tfpad(rng, count, tiny=tiny)
     if family == "cnn_stage":
         return _cnn_stage(rng, count)
     if family == "conv_head":
         return _conv_head(rng, count)
     if group == "conv":
-        return _conv2d(rng, family, count)
+        return _conv2d(rng, family, count, tiny=tiny)
     if group == "pool":
         return _pool(rng, family, count)
     if family == "linear":
