@@ -123,9 +123,10 @@ TINY_COUNTS = {
                       "transpose", "concat", "split", "strided_slice", "take", "embedding", "cumsum", "where")},
     # a transformer block's own: its norms (RMSNorm in both forms), x ** 2, attention's softmax over rows of 8-128
     **{f: 4 for f in ("power", "mean")},
-    # row reductions: one model per row width of TINY_WIDTHS (both RMSNorm forms at each), whose time per row
-    # jumps where the row stops filling whole vectors (Zen 4, RMSNorm: 57 ns a row of 32, 17 a row of 64)
-    "softmax": 8, "layer_norm": 8, "rms_norm": 16,
+    # row reductions: two models per row width of TINY_WIDTHS (both RMSNorm forms, twice each), their sizes drawn
+    # apart from the width: the time per row jumps where the row stops filling whole vectors (Zen 4, RMSNorm: 57
+    # ns a row of 32, 17 a row of 64), and a fixed cost per call decides the time of a few rows
+    "softmax": 16, "layer_norm": 16, "rms_norm": 32,
     "pad": 6,
     "conv2d_tfpad": 4,
     **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
@@ -308,7 +309,8 @@ def _softmax(rng, n: int, tiny: bool = False) -> list[Model]:
     for i, (b, h, s, _) in enumerate(_attention_shapes(rng, n_attn)):
         shape = (b, h, s, s) if i % 2 else (b * h, s, s)  # torch emits 4D scores, ONNX often 3D
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
-    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny)):
+    sizes = _sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny)
+    for i, elems in enumerate(rng.permutation(sizes) if tiny else sizes):  # tiny: the row count apart from the width
         shape = _rows_cols(rng, elems, (TINY_WIDTHS[i % len(TINY_WIDTHS)],) if tiny else _WIDTHS + (1000, 4096))  # classifier logits, vocabularies
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
     return models
@@ -319,7 +321,8 @@ def _norm(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
 
     op = relax.op
     models = []
-    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n, tiny)):
+    sizes = _sizes(rng, 4096, MAX_ELEMS, n, tiny)
+    for i, elems in enumerate(rng.permutation(sizes) if tiny and family != "group_norm" else sizes):
         if family == "group_norm":
             c = int(rng.choice((32, 64, 128, 256)))
             groups = int(rng.choice([g for g in (8, 16, 32) if c % g == 0]))

@@ -127,9 +127,9 @@ def test_the_list_is_the_same_for_a_seed_and_per_family():
 
 def test_every_model_extracts_units_and_the_work_stays_small(units):
     total = sum(len(us) for us in units.values())
-    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 419 with session 19's tiny tier
-    # and conv2d_tfpad (157 kernels, 3 min on the Zen 4)
-    assert 350 <= total <= 450, total
+    # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 459 with session 19's tiny tier
+    # and conv2d_tfpad (197 kernels, 4 min on the Zen 4)
+    assert 400 <= total <= 500, total
     for name, us in units.items():
         assert us, name
         for _, rec in us:
