@@ -7,7 +7,7 @@ matmuls. :func:`op_family_models` builds one small Relax model per (family, size
 with the epilogue it is usually fused with (bias + ReLU after a convolution, the scale after
 ``Q @ K^T``), at 2-5 sizes per family drawn log-uniformly (stratified, seeded) from a few KB to a few
 MB of data, plus the shapes attention uses (``batch * heads``, ``seq``, ``head_dim``). A tiny tier
-(:data:`TINY_COUNTS`, names ending ``-tiny``) adds 1-6 models per family of 64-4096 elements on rows of
+(:data:`TINY_COUNTS`, names ending ``-tiny``) adds 1-32 models per family of 64-4096 elements on rows of
 8-128 (:data:`TINY_ELEMS`, :data:`TINY_WIDTHS`): one token of a decode step, test-sized models, the 1x1-5x5
 maps of a CNN's last stages, where loop overheads and rows that fill part of a vector decide a kernel's time.
 
@@ -150,6 +150,12 @@ def _spread(rng, lo: float, hi: float, n: int) -> list[float]:
 def _sizes(rng, lo: float, hi: float, n: int, tiny: bool) -> list[float]:
     """``n`` element counts spread over ``[lo, hi]``, or over :data:`TINY_ELEMS` for the tiny tier."""
     return _spread(rng, *TINY_ELEMS, n) if tiny else _spread(rng, lo, hi, n)
+
+
+def _conv_sizes(rng, n: int, tiny: bool) -> list[float]:
+    """``n`` input element counts of convolution models: 4K-600K, or 256-8K for the tiny tier (MobileNet's last
+    stages, 1x1-5x5 maps of 16-256 channels)."""
+    return _spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)
 
 
 def _rows_cols(rng, elems: float, widths=_WIDTHS, tiny: bool = False) -> tuple[int, int]:
@@ -311,7 +317,8 @@ def _softmax(rng, n: int, tiny: bool = False) -> list[Model]:
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
     sizes = _sizes(rng, 4096, MAX_ELEMS, n - n_attn, tiny)
     for i, elems in enumerate(rng.permutation(sizes) if tiny else sizes):  # tiny: the row count apart from the width
-        shape = _rows_cols(rng, elems, (TINY_WIDTHS[i % len(TINY_WIDTHS)],) if tiny else _WIDTHS + (1000, 4096))  # classifier logits, vocabularies
+        # tiny: every row width in turn; else classifier logits and vocabularies too
+        shape = _rows_cols(rng, elems, (TINY_WIDTHS[i % len(TINY_WIDTHS)],) if tiny else _WIDTHS + (1000, 4096))
         models.append(_model(f"ops-softmax-{_dims(shape)}", _f32(shape), _softmax_body))
     return models
 
@@ -322,6 +329,7 @@ def _norm(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     op = relax.op
     models = []
     sizes = _sizes(rng, 4096, MAX_ELEMS, n, tiny)
+    # tiny: the row count apart from the row width (a group norm's maps have no width to keep apart from)
     for i, elems in enumerate(rng.permutation(sizes) if tiny and family != "group_norm" else sizes):
         if family == "group_norm":
             c = int(rng.choice((32, 64, 128, 256)))
@@ -479,8 +487,8 @@ def _conv2d(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
     m = re.match(r"conv2d_k(\d)s(\d)(\w+)", family)
     k, s, grouping = int(m.group(1)), int(m.group(2)), m.group(3)
     models = []
-    for i, elems in enumerate(_spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)):
-        # tiny: MobileNet's last stages, 1x1-5x5 maps of 16-256 channels (a 3x3 window larger than the map)
+    for i, elems in enumerate(_conv_sizes(rng, n, tiny)):
+        # tiny: maps down to 1x1 (a 3x3 window larger than the map)
         c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping, min_h=1 if tiny else None)
         weight = _const(rng, (cout, c // groups, k, k))
         epilogue = i % 2 == 1
@@ -511,7 +519,7 @@ def _conv2d_tfpad(rng, n: int, tiny: bool = False) -> list[Model]:
 
     op = relax.op
     models = []
-    for i, elems in enumerate(_spread(rng, 256, 8192, n) if tiny else _spread(rng, 4096, 600_000, n)):
+    for i, elems in enumerate(_conv_sizes(rng, n, tiny)):
         k, s, grouping = TFPAD_CONVS[i % len(TFPAD_CONVS)]
         c, h, cout, groups = _conv_geometry(rng, elems, k, s, grouping, min_h=1 if tiny else None)
         cin = max(8, c // int(rng.choice((2, 4, 6))))  # expansion factor of the 1x1 convolution

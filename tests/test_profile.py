@@ -191,6 +191,22 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert len(ProfileStore(again).records()) == len(df)
 
 
+def test_bundle_rounds_merge_per_item_in_round_order_and_keep_a_failure():
+    from autoplace.profile.remote import merge_bundle_rounds
+
+    def ok(key, r, us):
+        return dict(kind="unit", key=key, target="llvm", status="ok", median_us=us, min_us=us, max_us=us, samples=3,
+                    round=r, measured_at=f"t{r}")
+
+    merged = merge_bundle_rounds([ok("b", 1, 1.0), ok("a", 2, 2.0), ok("a", 1, 1.0), ok("b", 2, 1.0), ok("a", 3, 1.05)])
+    assert [r["key"] for r in merged] == ["b", "a"]  # where each item first appears
+    a = merged[1]
+    assert a["rounds"] == 3 and a["round_medians_us"] == [1.0, 2.0, 1.05] and a["median_us"] == pytest.approx(1.025)
+    assert a["measured_at"] == "t3" and "round" not in a  # when the box measured it, not when it was merged
+    failed = dict(ok("a", 2, 0.0), status="error", error="lost")
+    assert [r["status"] for r in merge_bundle_rounds([ok("a", 1, 1.0), failed, ok("a", 3, 1.0)])] == ["error"]
+
+
 def test_plan_bundle_times_placed_models_with_the_runner(tmp_path):
     """Placed models (weights on their devices) built here and timed by the standalone runner."""
     import autoplace

@@ -265,21 +265,20 @@ def merge_bundle_rounds(records: list) -> list:
     with a failed round keeps its first failure. Order: each item where its first round was."""
     from .job import merge_rounds
 
-    merged: dict = {}
-    for record in sorted(records, key=lambda r: r.get("round", 1)):
-        tag = (record.get("kind"), record.get("key"), record.get("target"))
-        record = {k: v for k, v in record.items() if k not in ("crc", "round")}
-        previous = merged.get(tag)
-        if previous is None:
-            merged[tag] = record
-        elif previous.get("status") == "ok" and record.get("status") == "ok":  # measured there, not now
-            merged[tag] = dict(merge_rounds(previous, record), measured_at=record.get("measured_at"))
-        elif previous.get("status") == "ok":
-            merged[tag] = record
-    order = {}
+    by_item: dict = {}
     for record in records:
-        order.setdefault((record.get("kind"), record.get("key"), record.get("target")), len(order))
-    return sorted(merged.values(), key=lambda r: order[(r.get("kind"), r.get("key"), r.get("target"))])
+        by_item.setdefault((record.get("kind"), record.get("key"), record.get("target")), []).append(record)
+    out = []
+    for rounds in by_item.values():
+        merged = None
+        for record in sorted(rounds, key=lambda r: r.get("round", 1)):
+            record = {k: v for k, v in record.items() if k not in ("crc", "round")}
+            if merged is None or (merged.get("status") == "ok" and record.get("status") != "ok"):
+                merged = record  # the first round, or the first failure (kept)
+            elif merged.get("status") == "ok":  # measured there, not now
+                merged = dict(merge_rounds(merged, record), measured_at=record.get("measured_at"))
+        out.append(merged)
+    return out
 
 
 def merge_records(records_path: str, profiles_root: str = "profiles", *, log=print) -> str:
