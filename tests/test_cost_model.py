@@ -529,6 +529,43 @@ def test_train_also_fits_the_in_model_times_and_tables_price_large_models_with_t
     assert 1.2 < float(np.median(cold["latency_us"].to_numpy() / warm)) < 1.9
 
 
+def test_train_fits_no_model_of_in_model_times_when_few_kernels_were_timed_so(tmp_path, capsys):
+    """A profile most of whose kernels were measured before in-model timing existed: a model fitted on the few
+    in-model times would price kernels it never saw timed so (Zen 3, session 20: bert-base's matmuls 1.9x their
+    in-model times). ``autoplace train`` fits none, says how many were timed and what to run, and removes the one
+    saved before; a table of the folder then scales the warm predictions by the in-model factors."""
+    from autoplace.cost_model.cli import train_main
+    from autoplace.cost_model.train import IN_MODEL_MIN_COVERAGE, in_model_coverage
+    from autoplace.profile import ProfileStore
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+
+    meta = {"hardware_id": HW, "tvm_version": TVM, "cpu_model": "test", "cpu_cores": 2, "gpus": []}
+    store = ProfileStore(str(tmp_path / HW), metadata=meta)
+    records = synthetic_records()
+    held = records[records["key"].astype(str).str.contains("-gamma-")]
+    timed = 0
+    for i, rec in enumerate(records.drop(held.index).to_dict(orient="records")):
+        rec = {k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))}
+        if rec["kind"] == "unit" and rec["status"] == "ok" and i % 3 == 0:  # a third timed in-model
+            rec.update(in_model_median_us=1.5 * rec["median_us"], in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 10)
+            timed += 1
+        store.append(rec)
+    (timed_in_model, measured), = in_model_coverage(store.records()).values()
+    assert timed_in_model == timed and 0 < timed < IN_MODEL_MIN_COVERAGE * measured
+    stale = tmp_path / HW / "cost_model_in_model.json"
+    stale.write_text("{}")
+    assert train_main(["--profile", store.path]) == 0
+    out = capsys.readouterr().out
+    assert f"only {timed} of {measured} llvm kernels were timed in-model" in out and "autoplace profile" in out
+    assert not stale.exists()
+    table = CostTable.from_profile(store.path)
+    assert table.in_model_model is None and table.l2_bytes_ == {"llvm": 1 << 10}
+    recs = [r for _, r in held[held["kind"] == "unit"].iterrows()]
+    warm = table.latencies(recs, "llvm", in_model=False)["latency_us"].to_numpy()
+    cold = table.latencies(recs, "llvm")
+    assert cold["in_model"].all() and np.allclose(cold["latency_us"].to_numpy() / warm, 1.5, rtol=0.05)
+
+
 # -- the committed CPU profile, where present ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def committed_records():

@@ -80,7 +80,7 @@ def run(args) -> int:
 
     from ..profile import default_profile_dir
     from .cost_model import training_units
-    from .train import train
+    from .train import IN_MODEL_MIN_COVERAGE, train
 
     profile = args.profile or default_profile_dir()
     _check_options(profile, args.out, args.target, explicit=bool(args.profile))
@@ -115,6 +115,14 @@ def run(args) -> int:
            f"than the L2 are priced with it) saved to {model.in_model_.path_}"
            if getattr(model, "in_model_", None) is not None else "")
     )
+    for kind, (timed, measured) in sorted((getattr(model, "in_model_short_", None) or {}).items()):
+        print(
+            f"note: only {timed} of {measured} {kind} kernels were timed in-model (at least "
+            f"{IN_MODEL_MIN_COVERAGE:.0%} needed): no model of in-model times for {kind}; models larger than the L2 "
+            "are priced warm, scaled by the in-model factors of the kernels timed. Profile the models again "
+            "(`autoplace profile` with the same --zoo / model files times each kernel without an in-model time "
+            "again) and retrain."
+        )
     return 0
 
 

@@ -42,7 +42,7 @@ import pandas as pd
 from .cost_model import NEVER_HELD_OUT, create, record_op_class, training_units
 from .features import op_class
 from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, in_model_times, plan_band
-from .train import in_model_records
+from .train import in_model_training_records
 
 
 def family(model_name: str) -> str:
@@ -186,8 +186,9 @@ def family_residuals(
 
 def _fit_in_model(make, train_units: pd.DataFrame, *, quiet: bool, calibrate_with=None, **calibrate_options):
     """A model of the in-model times of ``train_units`` (:func:`~autoplace.cost_model.train.in_model_records`),
-    calibrated on them and the end-to-end records ``calibrate_with`` when given; None when none was timed so."""
-    timed = in_model_records(train_units)
+    calibrated on them and the end-to-end records ``calibrate_with`` when given; None when too few were timed so
+    (:func:`~autoplace.cost_model.train.in_model_training_records`, as ``autoplace train`` decides)."""
+    timed, _ = in_model_training_records(train_units)
     if timed.empty:
         return None
     with warnings.catch_warnings():
