@@ -164,6 +164,7 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, str(bundle), copy_sizes=(4, 4096),
                             rounds=2)
     assert len(manifest["units"]) == 1 and len(manifest["copies"]) == 4 and manifest["rounds"] == 2
+    assert (bundle / manifest["stream"]).exists()  # the runner's streaming kernel for in-model timing
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     run = [sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"]
     subprocess.run(run, check=True, timeout=300, cwd=str(tmp_path), env=env)  # the bundle's 2 rounds; no autoplace
@@ -180,6 +181,13 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     unit = df[df["kind"] == "unit"].iloc[0]
     assert unit["rounds"] == 3 and len(unit["round_medians_us"]) == 3 and "round" not in df
     assert unit["median_us"] == pytest.approx(float(np.median(fastest_rounds(unit["round_medians_us"]))))
+    # CPU kernels are timed in-model as well, as a local job times them (the merged rounds alike)
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, l2_bytes
+
+    assert unit["in_model_timing"] == IN_MODEL_TIMING and unit["l2_bytes"] == l2_bytes()
+    assert len(unit["round_in_model_medians_us"]) == 3 and unit["in_model_median_us"] > 0
+    assert unit["in_model_median_us"] == pytest.approx(
+        float(np.median(fastest_rounds(unit["round_in_model_medians_us"]))))
     assert len(df[df["kind"] == "copy"]) == 4
     # TVM alone would run CPU kernels on half the logical CPUs; the runner uses every physical core
     from autoplace.backend.cpu_threads import physical_cores

@@ -349,6 +349,8 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     folder = merge_records(str(alone / "bundle" / "records.jsonl"), str(tmp_path / "profiles"))
     rows = records(folder)
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    units = [r for r in rows if r["kind"] == "unit"]  # timed in-model too, with the runtime alone
+    assert units and all(r["in_model_median_us"] > 0 and r["in_model_timing"] for r in units)
     launch = [r for r in rows if r["kind"] == "launch"]
     assert len(launch) == 2 and all({"per_arg_us", "alloc_us_per_byte", "single_call_us"} <= set(r) for r in launch)
     plan = [r for r in rows if r["kind"] == "plan"]

@@ -16,39 +16,22 @@ more bytes per call than the L2 of its cores holds (:func:`model_touches_more_th
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
-#: Version of the in-model timing (records carry it as ``in_model_timing``; other versions are re-timed).
-#: Version 1 timed kernels under 5 us warm only; one run per sample turned out to add no overhead to speak of
-#: (0.0-0.2 us on 1-40 us kernels), and what small kernels lose to the eviction (a 1.7 us embedding gather: 5.9 us)
-#: is what they lose in a model larger than the L2.
-IN_MODEL_TIMING = "l2-evicted-inputs-read/2"
-#: Inputs below this many bytes are not read back after the eviction (a few cache lines: not worth a call).
-REREAD_MIN_BYTES = 4 << 10
-#: Name of the preprocessing function registered in the timing process (``time_evaluator(f_preproc=...)``).
-PREPROC_NAME = "autoplace.profile.in_model_cache"
-#: Per-core L2 assumed when Linux does not say (sysfs).
-DEFAULT_L2_PER_CORE_BYTES = 512 << 10
-
-
-def l2_bytes(cores: int | None = None) -> int:
-    """The L2 of ``cores`` cores of this machine together (default: the cores this process may use).
-
-    Read from Linux sysfs (``cpu0/cache/index2``); :data:`DEFAULT_L2_PER_CORE_BYTES` per core when it cannot
-    be read.
-    """
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size", encoding="ascii") as f:
-            text = f.read().strip().upper()
-        per_core = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-    except (OSError, ValueError, IndexError):
-        per_core = DEFAULT_L2_PER_CORE_BYTES
-    return per_core * max(1, int(cores))
-
+# How the in-model time is taken, and the L2 it evicts: defined in :mod:`.remote_runner` (copied alone to device
+# boxes, whose runner times a bundle's CPU kernels in-model the same way, with a streaming kernel of its own).
+# IN_MODEL_TIMING's version 1 timed kernels under 5 us warm only; one run per sample turned out to add no overhead
+# to speak of (0.0-0.2 us on 1-40 us kernels), and what small kernels lose to the eviction (a 1.7 us embedding
+# gather: 5.9 us) is what they lose in a model larger than the L2.
+from .remote_runner import (  # noqa: E402  (re-exported)
+    DEFAULT_L2_PER_CORE_BYTES,
+    IN_MODEL_TIMING,
+    PREPROC_NAME,
+    REREAD_MIN_BYTES,
+    activation_inputs,
+    l2_bytes,
+)
 
 _STREAMERS: dict = {}
 _EVICTION_BUFFERS: dict = {}
@@ -99,12 +82,6 @@ def register_in_model_preproc(reread_args=()) -> str:
 
     tvm.register_global_func(PREPROC_NAME, preproc, override=True)
     return PREPROC_NAME
-
-
-def activation_inputs(num_args: int, num_outputs: int, weight_args) -> list[int]:
-    """Positions of a kernel's inputs that are not weights (what the kernel before it wrote)."""
-    weights = set(weight_args)
-    return [i for i in range(num_args - num_outputs) if i not in weights]
 
 
 def touched_bytes(units) -> int:

@@ -7,9 +7,11 @@ probe, a placed model: each a compiled file plus what the runner needs to time i
 * a **bundle** (``build_bundle``, for a machine no network reaches): every item is compiled
   (``export_library``: nvcc is on the CPU machines, so CUDA kernels build here) into one folder with a
   ``manifest.json`` and ``runner.py``; ``python runner.py BUNDLE`` there needs only the TVM runtime and
-  appends records; ``merge_records`` checks them and adds them to ``profiles/<that machine's id>/``;
+  appends records (CPU kernels timed warm and in-model, with the bundle's streaming kernel,
+  :func:`export_stream_kernel`); ``merge_records`` checks them and adds them to ``profiles/<that machine's id>/``;
 * **RPC** (:mod:`.rpc`): the same items are uploaded to the servers of a TVM RPC tracker and timed by the
-  runner's :func:`~.remote_runner.run_item` with the remote session's devices.
+  runner's :func:`~.remote_runner.run_item` with the remote session's devices (warm only: the in-model
+  preprocessing would have to run in the server).
 
 The records derived from probes (``launch`` from the call-overhead probes, ``copy_fit`` from the copy
 sizes) are computed here by :func:`launch_record` and :func:`copy_fit_record` for both ways, as the
@@ -31,7 +33,7 @@ from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
 from .job import target_label, unit_record
 from .measure import compile_kernel
-from .remote_runner import BENCH, STASH
+from .remote_runner import BENCH, STASH, STREAM_FILE
 from .store import ProfileStore, _crc
 from .units import extract_units
 
@@ -204,6 +206,25 @@ def copy_fit_record(label: str, rows: list) -> dict:
     return record
 
 
+def export_stream_kernel(target, path: str) -> None:
+    """The runner's streaming kernel for in-model timing (``remote_runner.register_stream_preproc``): ``main(x,
+    y)``, ``y = x + x`` over float32 vectors of any length, 16 lanes at a time, the chunks in parallel (each core
+    streams through its share, as the profiler's own streamer here), compiled for ``target`` (an ``llvm`` one)."""
+    from tvm import te
+
+    from ..backend.cpu_schedules import cpu_target
+
+    n = tvm.tirx.Var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    y = te.compute((n,), lambda i: x[i] + x[i], name="y")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, y]))
+    (loop,) = sch.get_loops(sch.get_sblock("y"))
+    outer, inner = sch.split(loop, [None, 16])
+    sch.parallel(outer)
+    sch.vectorize(inner)
+    tvm.tirx.build(sch.mod, target=cpu_target(target)).export_library(path)
+
+
 # ---------------------------------------------------------------------------------------------- bundles
 
 
@@ -240,6 +261,9 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                     manifest.setdefault("failed", []).append(entry["record"])
                     continue
                 manifest["units"].append(entry)
+    if any(entry["kind"] == "llvm" for entry in manifest["units"]):  # the runner times CPU kernels in-model with it
+        export_stream_kernel(targets[kinds["llvm"]].target, os.path.join(bundle_dir, STREAM_FILE))
+        manifest["stream"] = STREAM_FILE
     for name in targets:
         for entry, write in launch_items(targets, name):
             write(os.path.join(bundle_dir, entry["file"]))

@@ -5,9 +5,11 @@ per-item code the RPC path (:mod:`autoplace.profile.rpc`) runs with a remote ses
 
 Reads ``manifest.json``, loads each compiled kernel / VM executable, times it and appends one
 CRC-checked JSON line per measurement (the format of ``autoplace.profile.store``), tagged with this
-machine's hardware id. ``--rounds N`` times every item N times, round by round (round 2 starts when every
-item had round 1: on a shared box a slow phase then spoils one round of an item, not all of them, and placed
-models of a plan bundle are timed side by side); each line says its ``round``, and ``autoplace profile --merge``
+machine's hardware id; CPU kernels are also timed in-model, as the profiler times them locally (every core's
+L2 evicted, the activation inputs read back in: :func:`time_in_model`, with the bundle's streaming kernel).
+``--rounds N`` times every item N times, round by round (round 2 starts when every item had round 1: on a
+shared box a slow phase then spoils one round of an item, not all of them, and placed models of a plan bundle
+are timed side by side); each line says its ``round``, and ``autoplace profile --merge``
 keeps the median of each item's rounds within 10% of its fastest (``autoplace.profile.job.merge_rounds``).
 Resumable: records already in the output file (item and round) are skipped. This file is copied into every
 bundle and imports only tvm.runtime, numpy and the standard library.
@@ -30,6 +32,20 @@ import sys
 import zlib
 
 import numpy as np
+
+#: How a CPU kernel's in-model time is taken (:mod:`autoplace.profile.cache_state`; records carry it as
+#: ``in_model_timing``, other versions are timed again). These constants and :func:`l2_bytes` live here because
+#: this file is copied alone to device boxes; ``cache_state`` takes them from here.
+IN_MODEL_TIMING = "l2-evicted-inputs-read/2"
+#: Inputs below this many bytes are not read back after the eviction (a few cache lines: not worth a call).
+REREAD_MIN_BYTES = 4 << 10
+#: Per-core L2 assumed when Linux does not say (sysfs).
+DEFAULT_L2_PER_CORE_BYTES = 512 << 10
+#: Name of the preprocessing function registered in the timing process (``time_evaluator(f_preproc=...)``).
+PREPROC_NAME = "autoplace.profile.in_model_cache"
+#: A bundle's streaming kernel for in-model timing (``main(x, y)``: ``y = x + x`` over float32 vectors of any
+#: length, parallel, built for the bundle's CPU target; the manifest's ``stream``).
+STREAM_FILE = "lib/in_model_stream.so"
 
 #: Relax functions a placed model's executable carries for timing it with every argument on its own device:
 #: ``STASH(args on device 0)`` copies each argument to its device and keeps it in the runtime's tensor cache,
@@ -152,6 +168,68 @@ def hardware(tvm_version, threads=None):
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
+def l2_bytes(cores=None):
+    """The L2 of ``cores`` cores of this machine together (default: the cores this process may use).
+
+    Read from Linux sysfs (``cpu0/cache/index2``); :data:`DEFAULT_L2_PER_CORE_BYTES` per core when it cannot
+    be read.
+    """
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size", encoding="ascii") as f:
+            text = f.read().strip().upper()
+        per_core = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+    except (OSError, ValueError, IndexError):
+        per_core = DEFAULT_L2_PER_CORE_BYTES
+    return per_core * max(1, int(cores))
+
+
+def activation_inputs(num_args, num_outputs, weight_args):
+    """Positions of a kernel's inputs that are not weights (what the kernel before it wrote)."""
+    weights = set(weight_args)
+    return [i for i in range(num_args - num_outputs) if i not in weights]
+
+
+def register_stream_preproc(tvm, stream, reread_args, buffers):
+    """Register :data:`PREPROC_NAME` as the profiler's in-model preprocessing (``cache_state``) does, with a
+    bundle's streaming kernel ``stream(x, y)``: a pass over twice the L2 of this process's cores evicts them,
+    then the arguments at ``reread_args`` are read back in. ``buffers``: a dict kept between calls (the
+    eviction buffer, and outputs by size)."""
+    n = 2 * l2_bytes() // 4
+
+    def scratch(size):
+        if size not in buffers:
+            buffers[size] = tvm.runtime.empty((size,), "float32", tvm.cpu())
+        return buffers[size]
+
+    if "evict" not in buffers:
+        buffers["evict"] = tvm.runtime.tensor(np.ones(n, "float32"), tvm.cpu())
+    evict, reread_args = buffers["evict"], tuple(reread_args)
+
+    def preproc(*args):  # returns nothing: the timer takes no object back
+        stream(evict, scratch(n))
+        for i in reread_args:
+            nbytes = int(np.prod(args[i].shape)) * np.dtype(str(args[i].dtype)).itemsize
+            if nbytes >= REREAD_MIN_BYTES and nbytes % 4 == 0:
+                stream(args[i]._create_view((nbytes // 4,), "float32"), scratch(nbytes // 4))
+
+    tvm.register_global_func(PREPROC_NAME, preproc, override=True)
+    return PREPROC_NAME
+
+
+def time_in_model(tvm, lib, dev, call_args, record, stream, buffers, repeat):
+    """A CPU kernel timed in-model (:func:`register_stream_preproc` before every run, one run per sample): the
+    fields the profiler adds to its record (``in_model_median_us``, ``in_model_min_us``, ``in_model_timing``,
+    ``l2_bytes``)."""
+    reread = activation_inputs(len(call_args), record["num_outputs"], record.get("weight_args") or [])
+    name = register_stream_preproc(tvm, stream, reread, buffers)
+    cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=name)
+    samples = np.asarray(cold(*call_args).results) * 1e6
+    return dict(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
+                in_model_timing=IN_MODEL_TIMING, l2_bytes=l2_bytes())
+
+
 def device(tvm, kind, index=0):
     return tvm.device("cpu" if kind == "llvm" else kind, index)
 
@@ -251,7 +329,7 @@ def staged_outputs(machine):
     return flat
 
 
-def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None):
+def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None, in_model=None):
     """Time one manifest item; returns the result fields (``status`` ``"ok"`` and the summary).
 
     Parameters
@@ -267,6 +345,9 @@ def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None):
         ``make_device(kind, index) -> device`` (here: ``tvm.device``; over RPC: ``session.device``).
     arrays : list of numpy arrays, optional
         A placed model's inputs and weights (the bundle's ``.npz``).
+    in_model : callable, optional
+        ``in_model(lib, dev, call_args, record) -> fields``: also time a CPU kernel in-model
+        (:func:`time_in_model`; the runner, where its bundle has a streaming kernel).
 
     Raises whatever TVM raises: the caller decides what a failure is (a record here, a lost connection
     or a kernel's failure over RPC).
@@ -276,7 +357,10 @@ def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None):
     if kind == "unit" or item.get("alone"):
         dev = make_device(item["kind"], 0)
         call_args = args_for(tvm, item["arg_shapes"], item["arg_dtypes"], item["num_outputs"], dev)
-        return dict(status="ok", **time_kernel(tvm, lib, dev, call_args, timing))
+        result = dict(status="ok", **time_kernel(tvm, lib, dev, call_args, timing))
+        if in_model is not None and kind == "unit" and item["kind"] == "llvm" and "weight_args" in item["record"]:
+            result.update(in_model(lib, dev, call_args, item["record"]))
+        return result
     devices = [make_device(k, i) for k, i in item["devices"]]
     if arrays is not None or "arrays" in item:
         return dict(status="ok", **time_placed_model(tvm, runtime_vm, lib, devices, arrays,
@@ -351,6 +435,13 @@ def main(argv=None):
                 print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
         return present[kind]
 
+    in_model = None  # CPU kernels also timed in-model, with the bundle's streaming kernel (older bundles: none)
+    if manifest.get("stream") and any(item.get("kind") == "llvm" for item in manifest["units"]) and available("llvm"):
+        stream, buffers = tvm.runtime.load_module(os.path.join(args.bundle, manifest["stream"]))["main"], {}
+
+        def in_model(lib, dev, call_args, record):
+            return time_in_model(tvm, lib, dev, call_args, record, stream, buffers, args.repeat)
+
     todo = [(r, n, item) for r in range(1, rounds + 1) for n, item in enumerate(items, 1)]
     for r, n, item in todo:
         record = dict(item["record"], round=r)
@@ -366,7 +457,7 @@ def main(argv=None):
             saved = np.load(os.path.join(args.bundle, item["arrays"]))
             arrays = [saved[f"arg{i}"] for i in range(len(item["arg_devices"]))]
         try:
-            record.update(run_item(tvm, runtime_vm, item, timing=timing, arrays=arrays,
+            record.update(run_item(tvm, runtime_vm, item, timing=timing, arrays=arrays, in_model=in_model,
                                    load=lambda file: tvm.runtime.load_module(os.path.join(args.bundle, file)),
                                    make_device=lambda kind, index: device(tvm, kind, index)))
         except Exception as err:
