@@ -50,20 +50,22 @@ def in_model_records(records):
 
 
 def in_model_coverage(records) -> dict:
-    """``{target kind: (kernels timed in-model, kernels measured)}`` of the distinct ``ok`` unit records of the
-    kinds that have any in-model time (CPU kinds; a GPU is never timed in-model)."""
+    """``{target kind: (kernels timed in-model, kernels measured)}`` over the kernels a cost model trains on
+    (:func:`~autoplace.cost_model.cost_model.training_units`: the newest record of each, CPU kernels of the current
+    schedules), for the kinds that have any in-model time (CPU kinds; a GPU is never timed in-model)."""
     import pandas as pd
 
-    df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
-    if "in_model_median_us" not in df or "kind" not in df:
+    from .cost_model import training_units
+
+    units = training_units(records)
+    if units.empty or "in_model_median_us" not in units:
         return {}
-    units = df[(df["kind"] == "unit") & (df["status"] == "ok")]
     timed = pd.to_numeric(units["in_model_median_us"], errors="coerce") > 0
     coverage = {}
     for kind, group in units.groupby("target"):
-        n_timed = group.loc[timed[group.index], "key"].nunique()
+        n_timed = int(timed[group.index].sum())
         if n_timed:
-            coverage[str(kind)] = (int(n_timed), int(group["key"].nunique()))
+            coverage[str(kind)] = (n_timed, len(group))
     return coverage
 
 
