@@ -13,9 +13,12 @@ features, counts the gathers and scatters in both, and (where the CPU can run it
 same and times both side by side in interleaved rounds (``experiments/kernel_timing.py``).
 
     python experiments/gather_scatter.py [--models llama t5-encoder ops] [--mcpu znver4] [--rounds 5]
+    python experiments/gather_scatter.py --mcpu znver4 --profiles profiles/amd-epyc-f25m17-2c profiles/amd-epyc-f25m1-2c
 
 Writes ``experiments/results/<hardware id>/gather_scatter.csv`` (``--mcpu``: counts only, nothing timed,
-``gather_scatter_<mcpu>.csv``).
+``gather_scatter_<mcpu>.csv``). ``--profiles A B``: the two profiles' times of the same kernels (by model and
+kernel name), A / B, for the kernels with gathers or scatters and for the others: measured evidence from a
+machine this one cannot run (the Zen 4's, against this Zen 3's).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=["llama", "t5-encoder", "mobilenetv2", "gpt2", "ops"])
     parser.add_argument("--mcpu", help="compile for this CPU instead (counts only: nothing is run)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profiles", nargs=2, metavar=("A", "B"), help="compare these profiles' kernel times")
     args = parser.parse_args(argv)
     base = tvm.target.Target({"kind": "llvm", "mcpu": args.mcpu}) if args.mcpu else cpu_target("llvm")
     variants = {"shipped": base, "no_gather": with_features(base, NO_GATHER)}
@@ -117,6 +121,30 @@ def main(argv=None):
         ["same_output", "shipped_us", "no_gather_us", "speedup"] if built else [])
     print(hit[cols].to_string(index=False))
     print(f"wrote {path}")
+    if args.profiles:
+        compare_profiles(df, *args.profiles)
+
+
+def compare_profiles(df: pd.DataFrame, a: str, b: str) -> None:
+    """Print profile ``a``'s time / profile ``b``'s of the kernels of ``df``, with and without gathers."""
+    from autoplace.cost_model.cost_model import training_units
+    from autoplace.profile import ProfileStore
+
+    def times(folder):
+        units = training_units(ProfileStore(folder).records())
+        return units.drop_duplicates(["model", "func_name"], keep="last").set_index(["model", "func_name"])["median_us"]
+
+    ta, tb = times(a), times(b)
+    df = df.set_index(["model", "func_name"])
+    both = [i for i in df.index if i in ta.index and i in tb.index]
+    ratio = pd.Series(ta.loc[both].to_numpy() / tb.loc[both].to_numpy(), index=pd.MultiIndex.from_tuples(both))
+    hit = (df.loc[both, "shipped_gathers"] + df.loc[both, "shipped_scatters"]).to_numpy() > 0
+    small = tb.loc[both].to_numpy() < 2.0
+    for name, mask in (("with gathers or scatters", hit), ("without", ~hit),
+                       ("with, under 2 us in B", hit & small), ("without, under 2 us in B", ~hit & small)):
+        r = ratio[mask]
+        print(f"{name}: {len(r)} kernels, time in {os.path.basename(a)} / {os.path.basename(b)}: median "
+              f"{r.median():.2f}, 10-90% {r.quantile(.1):.2f}-{r.quantile(.9):.2f}")
 
 
 if __name__ == "__main__":
