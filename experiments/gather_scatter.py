@@ -64,11 +64,11 @@ def model_units(spec: str, target):
 
 def main(argv=None):
     import tvm
+    from kernel_timing import time_interleaved
 
     from autoplace.backend.cpu_schedules import cpu_target
     from autoplace.profile.hardware import hardware_metadata
     from autoplace.profile.measure import _random_args
-    from kernel_timing import time_interleaved
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["llama", "t5-encoder", "mobilenetv2", "gpt2", "ops"])

@@ -16,7 +16,6 @@ more bytes per call than the L2 of its cores holds (:func:`model_touches_more_th
 
 from __future__ import annotations
 
-
 import numpy as np
 
 # How the in-model time is taken, and the L2 it evicts: defined in :mod:`.remote_runner` (copied alone to device
@@ -24,12 +23,9 @@ import numpy as np
 # IN_MODEL_TIMING's version 1 timed kernels under 5 us warm only; one run per sample turned out to add no overhead
 # to speak of (0.0-0.2 us on 1-40 us kernels), and what small kernels lose to the eviction (a 1.7 us embedding
 # gather: 5.9 us) is what they lose in a model larger than the L2.
-from .remote_runner import (  # noqa: E402  (re-exported)
-    DEFAULT_L2_PER_CORE_BYTES,
-    IN_MODEL_TIMING,
+from .remote_runner import (  # re-exported
     PREPROC_NAME,
     REREAD_MIN_BYTES,
-    activation_inputs,
     l2_bytes,
 )
 
