@@ -23,9 +23,12 @@ import numpy as np
 # IN_MODEL_TIMING's version 1 timed kernels under 5 us warm only; one run per sample turned out to add no overhead
 # to speak of (0.0-0.2 us on 1-40 us kernels), and what small kernels lose to the eviction (a 1.7 us embedding
 # gather: 5.9 us) is what they lose in a model larger than the L2.
-from .remote_runner import (  # re-exported
+from .remote_runner import (  # noqa: F401  (re-exported: the profiler and the cost table read them here)
+    DEFAULT_L2_PER_CORE_BYTES,
+    IN_MODEL_TIMING,
     PREPROC_NAME,
     REREAD_MIN_BYTES,
+    activation_inputs,
     l2_bytes,
 )
 
