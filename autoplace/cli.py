@@ -331,6 +331,9 @@ def cmd_profile(args) -> int:
     if args.rounds != 1 and rpc is not None:
         raise AutoplaceError(f"--rounds {args.rounds} is for a job on this machine or a --bundle; over --rpc every "
                              "kernel is timed once (drop --rounds)")
+    if args.max_rounds is not None and (args.bundle or rpc is not None or args.max_rounds < args.rounds):
+        raise AutoplaceError(f"--max-rounds {args.max_rounds}: give it with --rounds N <= it (e.g. --rounds 3 "
+                             "--max-rounds 6), for a job on this machine (not --bundle or --rpc)")
     targets = _targets(args.targets)
     specs = _model_specs(args)
     if args.bundle:
@@ -364,7 +367,7 @@ def cmd_profile(args) -> int:
         print(f"profiling into {store.path}")
         summary = profile_models(models, targets, store, copies=not args.no_copies,
                                  end_to_end=not args.no_end_to_end, rounds=args.rounds,
-                                 timer=timer, progress=not args.no_progress, redo=args.redo or ())
+                                 max_rounds=args.max_rounds, timer=timer, progress=not args.no_progress, redo=args.redo or ())
     finally:
         timer.close()
     print(json.dumps(summary, indent=1))
@@ -536,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_int_at_least(1), default=1,
                    help="time every kernel and model this many times, minutes apart (median of the rounds; "
                         "3 on a shared or virtual machine, where one burst of samples can read 2x slow)")
+    p.add_argument("--max-rounds", type=_int_at_least(1), default=None,
+                   help="after --rounds, time again (up to this many rounds in all) only the kernels and models "
+                        "whose fastest round no other round confirms within 10%%: a host slow in phases")
     p.add_argument("--no-copies", action="store_true")
     p.add_argument("--no-end-to-end", action="store_true",
                    help="skip timing each model whole (kernels only; the cost-model evaluation needs it)")

@@ -176,6 +176,8 @@ CASES = [
     case("profile-negative-min-repeat", *PROFILE, "--zoo", "mlp", "--min-repeat-ms", "-1",
          expect=["min_repeat_ms=-1"]),
     case("profile-rounds-zero", *PROFILE, "--zoo", "mlp", "--rounds", "0", expect=["--rounds", ">= 1"]),
+    case("profile-max-rounds-below-rounds", *PROFILE, "--zoo", "mlp", "--rounds", "3", "--max-rounds", "2",
+         expect=["--max-rounds 2", "--rounds N <= it"]),
     case("profile-rounds-over-rpc", *PROFILE, "--zoo", "mlp", "--rounds", "3", "--rpc", "127.0.0.1:9",
          "--rpc-key", "box", expect=["--rounds 3", "--rpc", "drop --rounds"]),
     case("profile-zoo-typo", *PROFILE, "--zoo", "mlp", "seed03",

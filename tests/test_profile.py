@@ -291,6 +291,49 @@ def test_rounds_time_every_kernel_and_model_again_and_keep_the_median(tmp_path):
     assert all(r["rounds"] == 3 for r in store.newest_good().values())
 
 
+def test_max_rounds_time_again_only_what_no_other_round_confirms(tmp_path):
+    """A record is confirmed when another round agrees with its fastest within 10%, warm and in-model alike;
+    ``max_rounds`` adds rounds to the unconfirmed kernels and models only, up to that many rounds in all, and the
+    summary counts those still unconfirmed; a ``max_rounds`` below ``rounds`` is refused before anything runs."""
+    from autoplace.errors import ProfilingError
+    from autoplace.profile import profile_models
+    from autoplace.profile.job import confirmed
+
+    assert confirmed(dict(median_us=10.0, round_medians_us=[10.0, 10.9, 30.0]))
+    assert not confirmed(dict(median_us=10.0, round_medians_us=[10.0, 11.5, 30.0]))
+    assert not confirmed(dict(median_us=10.0))  # one round
+    assert not confirmed(dict(median_us=10.0, round_medians_us=[10.0, 10.2], in_model_median_us=20.0,
+                              round_in_model_medians_us=[20.0, 30.0]))
+    assert confirmed(dict(median_us=10.0, round_medians_us=[10.0, 10.2], in_model_median_us=20.0,
+                          round_in_model_medians_us=[21.0, 20.0]))
+
+    store = ProfileStore(str(tmp_path / "p"))
+    with pytest.raises(ProfilingError, match="max_rounds=2 with rounds=3"):
+        profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, rounds=3, max_rounds=2, progress=False)
+    assert not os.path.exists(tmp_path / "p" / "records.jsonl")
+    profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=2, progress=False)
+    # Make every record confirmed but one kernel's in-model time (rounds 10 and 20 us apart).
+    newest = store.newest_good()
+    units = sorted(tag for tag in newest if tag[0] == "unit")
+    shaky = units[0]
+    for tag, record in newest.items():
+        fixed = dict(record, round_medians_us=[record["median_us"]] * 2)
+        if "in_model_median_us" in record:
+            fixed["round_in_model_medians_us"] = [10.0, 20.0] if tag == shaky else [record["in_model_median_us"]] * 2
+        store.append(fixed)
+    assert [confirmed(r) for r in store.newest_good().values()].count(False) == 1
+    lines = len(store.records())
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=2, max_rounds=3,
+                             progress=False)
+    after = store.newest_good()
+    assert len(store.records()) == lines + 1  # the one unconfirmed kernel, timed a third time
+    assert after[shaky]["rounds"] == 3 and after[shaky]["round_in_model_medians_us"][:2] == [10.0, 20.0]
+    assert all(after[tag]["rounds"] == 2 for tag in after if tag != shaky)
+    assert summary["unconfirmed"] == (0 if confirmed(after[shaky]) else 1)
+    profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, rounds=2, max_rounds=3, progress=False)
+    assert len(store.records()) == lines + 1  # it had its 3 rounds
+
+
 def test_rounds_more_than_10_percent_slower_than_the_fastest_are_left_out(tmp_path):
     """A round whose median is more than 10% above the fastest round's does not count, whatever the canary
     read (it does not see every slowdown); the canary's readings are kept; ``remerge_rounds`` brings records

@@ -170,6 +170,22 @@ def fastest_rounds(medians: list, within: float = FASTEST_ROUNDS_WITHIN) -> list
     return [m for m in medians if m <= fastest * (1.0 + within)]
 
 
+def confirmed(record: dict) -> bool:
+    """Whether another round of a record agrees with its fastest one (within 10%, :func:`fastest_rounds`), for
+    its warm time and, where it has one, its in-model time: its time is then not one burst of samples that a
+    calm moment of a busy host happened to give. On the AMD Zen 3 (3 rounds, a host slow in phases of minutes)
+    42% of the kernels' warm times and 61% of their in-model times stood on their fastest round alone; on the
+    AMD Zen 4, 10% and 21%. A record timed in one round is not confirmed.
+    """
+    for field, single in (("round_medians_us", "median_us"), ("round_in_model_medians_us", "in_model_median_us")):
+        medians = record.get(field)
+        if medians is None and field != "round_medians_us" and single not in record:
+            continue  # no in-model time: nothing to confirm
+        if not isinstance(medians, list) or len(fastest_rounds([float(m) for m in medians])) < 2:
+            return False
+    return True
+
+
 def merge_rounds(previous: dict, timing: dict) -> dict:
     """``previous`` (a kernel's or model's record) with one more round of timing ``timing`` added.
 
@@ -342,7 +358,8 @@ def model_fields(model, units, placement, kind: str) -> dict:
 def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bool = True,
                    end_to_end: bool = True, redo: Iterable[str] = (), copy_sizes=DEFAULT_COPY_SIZES,
                    timer: KernelTimer | None = None, progress: bool = True, log=print,
-                   lock_timeout_s: float | None = None, rpc=None, rounds: int = 1) -> dict:
+                   lock_timeout_s: float | None = None, rpc=None, rounds: int = 1,
+                   max_rounds: int | None = None) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
 
     Call it from the command line (``autoplace profile``) or, in a script, under
@@ -375,6 +392,10 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         keep the median of the rounds' medians, :func:`merge_rounds`). On a shared or virtual machine one
         burst of samples can read up to 2x slow; 3 rounds made the committed profiles. A job run again with
         more rounds adds the missing rounds to the records it has.
+    max_rounds : int, optional
+        After ``rounds``, time again, round after round up to this many rounds in all, only the kernels and
+        models whose fastest round no other round confirms (:func:`confirmed`): on a host slow in phases of
+        minutes, the extra rounds go where the records disagree. The summary says how many stayed unconfirmed.
     rpc : RPCConfig, str, dict or pair, optional
         Measure on the servers of a TVM RPC tracker instead of this machine
         (:func:`autoplace.profile.rpc.profile_over_rpc`, e.g. ``rpc=("10.0.0.5:9190", "gpu-box")``):
@@ -392,7 +413,11 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ProfilingError(f"rounds={rounds!r}: give the number of times to time each kernel, an integer >= 1 "
                              "(e.g. --rounds 3)")
-    if rpc is not None and rounds != 1:
+    if max_rounds is not None and (isinstance(max_rounds, bool) or not isinstance(max_rounds, int)
+                                   or max_rounds < rounds):
+        raise ProfilingError(f"max_rounds={max_rounds!r} with rounds={rounds}: give an integer >= rounds "
+                             "(e.g. --rounds 3 --max-rounds 6), or leave it out")
+    if rpc is not None and (rounds != 1 or max_rounds not in (None, 1)):
         raise ProfilingError(f"rounds={rounds} is not supported over RPC yet: profile with rounds=1 (the default) "
                              "there, or run the job on the machine itself")
     if rpc is not None:
@@ -416,7 +441,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     extracted = extract_models(models, targets, kinds)
     summary = _profile_extracted(extracted, targets, kinds, runnable, store, copies=copies,
                                  end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes, timer=timer,
-                                 progress=progress, log=log, lock_timeout_s=lock_timeout_s, rounds=rounds)
+                                 progress=progress, log=log, lock_timeout_s=lock_timeout_s, rounds=rounds,
+                                 max_rounds=max_rounds)
     return dict(summary, skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
 
 
@@ -567,9 +593,12 @@ def extract_models(models: Iterable, targets, kinds: dict) -> list:
 
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
-                       timer, progress, log, lock_timeout_s, rounds: int = 1, report_speed: bool = True) -> dict:
+                       timer, progress, log, lock_timeout_s, rounds: int = 1, report_speed: bool = True,
+                       max_rounds: int | None = None) -> dict:
     """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
+    max_rounds = max(rounds, max_rounds or rounds)
+    unconfirmed = None
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
@@ -604,18 +633,23 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
-            timing_cpu = "llvm" in kinds and bool(todo or model_runs or rounds > 1)
+            timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
-            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=rounds > 1,
+            measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
                                               speed=speed)
-            kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if rounds > 1 else 0)
+            kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
                 placement, inputs = kept.get(model, graph, targets, tname)
                 _append(store, model_record(model, graph, units, targets, tname, kind, placement=placement,
                                             inputs=inputs, speed=speed if kind == "llvm" else None))
-            if rounds > 1:
-                _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress, speed)
+            if max_rounds > 1:
+                unconfirmed = _more_rounds(extracted, targets, kinds, store, timer, kept, rounds, end_to_end, progress,
+                                           speed, max_rounds=max_rounds)
+                if max_rounds > rounds:
+                    log(f"after up to {max_rounds} rounds: {len(unconfirmed)} of the job's kernels and models still "
+                        "have a fastest round no other round confirms within 10%"
+                        + (f" ({', '.join(sorted({t[1] for t in unconfirmed})[:5])}...)" if unconfirmed else ""))
             if speed is not None and speed.report(always=report_speed):
                 log(speed.report())
             if model_runs:
@@ -627,7 +661,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     finally:
         if own_timer:
             timer.close()
-    return dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed)
+    summary = dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed)
+    if unconfirmed is not None and max_rounds > rounds:
+        summary["unconfirmed"] = len(unconfirmed)
+    return summary
 
 
 def _check_folder_is_this_machine(store: ProfileStore) -> None:
@@ -757,11 +794,13 @@ def _kept_builds_budget() -> int:
 
 
 def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTimer, kept: _KeptBuilds,
-                 rounds: int, end_to_end: bool, progress: bool, speed: HostSpeed | None = None) -> None:
+                 rounds: int, end_to_end: bool, progress: bool, speed: HostSpeed | None = None,
+                 max_rounds: int | None = None) -> set:
     """Rounds 2..``rounds``: time every successful kernel and model of the job again, one round after the
     other over all of them (so a kernel's rounds are minutes apart), and append each merged record
     (:func:`merge_rounds`). A record that already has ``rounds`` rounds is left; one with fewer (a job
-    stopped in a later round) gets the rounds it lacks."""
+    stopped in a later round) gets the rounds it lacks. Then rounds up to ``max_rounds`` of the records not
+    :func:`confirmed`; returns the tags of those that are still not."""
     newest = store.newest_good()
     units, models, seen = [], [], set()
     for model, graph, by_kind in extracted:
@@ -777,22 +816,28 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
     def speed_now(tag):
         return speed.fields() if speed is not None and tag[2] == "llvm" else dict(host_slowdown=None)
 
-    for round_ in range(2, rounds + 1):
-        behind = [item for item in units if int(newest[item[0]].get("rounds", 1)) < round_]
-        for tag, unit, target in tqdm(behind, desc=f"kernels, round {round_}/{rounds}", unit="kernel",
-                                      disable=not progress):
+    max_rounds = max(rounds, max_rounds or rounds)
+
+    def due(tag, round_):
+        return int(newest[tag].get("rounds", 1)) < round_ and (round_ <= rounds or not confirmed(newest[tag]))
+
+    for round_ in range(2, max_rounds + 1):
+        behind = [item for item in units if due(item[0], round_)]
+        label = f"round {round_}/{rounds}" if round_ <= rounds else f"round {round_}/{max_rounds} (unconfirmed)"
+        for tag, unit, target in tqdm(behind, desc=f"kernels, {label}", unit="kernel", disable=not progress):
             now = speed_now(tag)
             result = timer.measure(unit, target, keep=True)
             if result.get("status") == "ok":
                 newest[tag] = _append(store, merge_rounds(newest[tag], dict(result, **now)))
-        behind = [item for item in models if int(newest[item[0]].get("rounds", 1)) < round_]
-        for tag, model, graph, name, kind, kind_units in tqdm(behind, desc=f"end to end, round {round_}/{rounds}",
+        behind = [item for item in models if due(item[0], round_)]
+        for tag, model, graph, name, kind, kind_units in tqdm(behind, desc=f"end to end, {label}",
                                                   unit="model", disable=not progress):
             placement, inputs = kept.get(model, graph, targets, name)
             timing = time_model(placement, inputs, kind_units, kind, speed=speed if kind == "llvm" else None)
             if timing.get("status") == "ok":
                 newest[tag] = _append(store, merge_rounds(newest[tag], {"host_slowdown": None, **timing}))
     timer.forget_kept()
+    return {tag for tag, *_ in units + models if not confirmed(newest[tag])}
 
 
 def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -> None:
