@@ -109,12 +109,13 @@ def main(argv=None):
     parser.add_argument("--min-us", type=float, default=20.0, help="kernels below this (warm) are left out")
     parser.add_argument("--tag", default="")
     args = parser.parse_args(argv)
+    from warm_vs_cold_kernels import compiled_kernels
+
     import autoplace
     from autoplace import zoo
     from autoplace.profile.hardware import hardware_metadata
     from autoplace.profile.job import in_context_fields, model_placement
     from autoplace.targets import TargetSet
-    from warm_vs_cold_kernels import compiled_kernels
 
     rows = []
     for spec in args.models:

@@ -649,7 +649,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 if max_rounds > rounds:
                     log(f"after up to {max_rounds} rounds: {len(unconfirmed)} of the job's kernels and models still "
                         "have a fastest round no other round confirms within 10%"
-                        + (f" ({', '.join(sorted({t[1] for t in unconfirmed})[:5])}...)" if unconfirmed else ""))
+                        + (f" (e.g. {', '.join(sorted(unconfirmed.values())[:4])})" if unconfirmed else ""))
             if speed is not None and speed.report(always=report_speed):
                 log(speed.report())
             if model_runs:
@@ -795,22 +795,23 @@ def _kept_builds_budget() -> int:
 
 def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTimer, kept: _KeptBuilds,
                  rounds: int, end_to_end: bool, progress: bool, speed: HostSpeed | None = None,
-                 max_rounds: int | None = None) -> set:
+                 max_rounds: int | None = None) -> dict:
     """Rounds 2..``rounds``: time every successful kernel and model of the job again, one round after the
     other over all of them (so a kernel's rounds are minutes apart), and append each merged record
     (:func:`merge_rounds`). A record that already has ``rounds`` rounds is left; one with fewer (a job
     stopped in a later round) gets the rounds it lacks. Then rounds up to ``max_rounds`` of the records not
-    :func:`confirmed`; returns the tags of those that are still not."""
+    :func:`confirmed`; returns ``{tag: model:kernel}`` of those that are still not."""
     newest = store.newest_good()
-    units, models, seen = [], [], set()
+    units, models, names = [], [], {}
     for model, graph, by_kind in extracted:
         for kind, kind_units in by_kind.items():
             if end_to_end and ("model", model.name, kind) in newest:
                 models.append((("model", model.name, kind), model, graph, kinds[kind], kind, kind_units))
+                names[("model", model.name, kind)] = model.name
             for unit in kind_units:
                 tag = ("unit", unit.key, kind)
-                if tag in newest and tag not in seen:
-                    seen.add(tag)
+                if tag in newest and tag not in names:
+                    names[tag] = f"{model.name}:{unit.func_name}"
                     units.append((tag, unit, targets[kinds[kind]].target))
 
     def speed_now(tag):
@@ -837,7 +838,7 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
             if timing.get("status") == "ok":
                 newest[tag] = _append(store, merge_rounds(newest[tag], {"host_slowdown": None, **timing}))
     timer.forget_kept()
-    return {tag for tag, *_ in units + models if not confirmed(newest[tag])}
+    return {tag: names[tag] for tag, *_ in units + models if not confirmed(newest[tag])}
 
 
 def _profile_copies(targets, runnable, store, copy_sizes, done, progress, log) -> None:
