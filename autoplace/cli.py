@@ -328,9 +328,6 @@ def cmd_profile(args) -> int:
         return 0
     if args.dir and args.out:
         raise AutoplaceError("give --dir (the exact profile folder) or --out (the profiles root), not both")
-    if args.rounds != 1 and rpc is not None:
-        raise AutoplaceError(f"--rounds {args.rounds} is for a job on this machine or a --bundle; over --rpc every "
-                             "kernel is timed once (drop --rounds)")
     if args.max_rounds is not None and (args.bundle or rpc is not None or args.max_rounds < args.rounds):
         raise AutoplaceError(f"--max-rounds {args.max_rounds}: give it with --rounds N <= it (e.g. --rounds 3 "
                              "--max-rounds 6), for a job on this machine (not --bundle or --rpc)")
@@ -356,7 +353,8 @@ def cmd_profile(args) -> int:
         models = _load(specs)
         summary = profile_over_rpc(models, targets, rpc, store=ProfileStore(args.dir) if args.dir else None,
                                    profiles_root=root, copies=not args.no_copies, end_to_end=not args.no_end_to_end,
-                                   timer=timer, progress=not args.no_progress, redo=args.redo or ())
+                                   timer=timer, progress=not args.no_progress, redo=args.redo or (),
+                                   rounds=args.rounds)
         print(json.dumps(summary, indent=1))
         return 0
     try:

@@ -237,6 +237,55 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
     assert fields(after) == {kind: names - local_only for kind, names in fields(mine).items()}
 
 
+ROUNDS_JOB = textwrap.dedent(
+    """
+    import json, sys
+    from autoplace import zoo
+    from autoplace.profile import KernelTimer, ProfileStore
+    from autoplace.profile.rpc import RPCConfig, profile_over_rpc
+
+    if __name__ == "__main__":
+        folder, tracker, key, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+        summary = profile_over_rpc([zoo.get("mlp")], {"cpu": "llvm"}, RPCConfig.create(tracker, key, request_timeout_s=30),
+                                   store=ProfileStore(folder), copies=False, timer=KernelTimer(repeat=2, min_repeat_ms=1),
+                                   progress=False, rounds=rounds)
+        print("SUMMARY", json.dumps(summary))
+    """
+)
+
+
+def test_rounds_over_rpc_time_every_kernel_and_model_again_and_merge_as_a_local_job(tmp_path, farm):
+    """``rounds=2`` over RPC: every kernel and the model timed twice on the servers, the newest record of each
+    keeping both rounds and the median of the fastest (the local job's rule); run again with 3, only the third
+    round is timed."""
+    import numpy as np
+
+    from autoplace.profile.job import fastest_rounds
+
+    folder = tmp_path / "profile"
+    script = tmp_path / "rpc_rounds.py"
+    script.write_text(ROUNDS_JOB)
+
+    def run(rounds):
+        done = subprocess.run([sys.executable, str(script), str(folder), farm.tracker, farm.key, str(rounds)],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    run(2)
+    newest = ProfileStore(str(folder)).newest_good()
+    timed = [r for (kind, _, _), r in newest.items() if kind in ("unit", "model")]
+    assert sorted(r["kind"] for r in timed) == ["model", "unit", "unit", "unit"]
+    for record in timed:
+        assert record["status"] == "ok" and record["rounds"] == 2 and len(record["round_medians_us"]) == 2
+        assert record["median_us"] == pytest.approx(float(np.median(fastest_rounds(record["round_medians_us"]))))
+        assert record["min_us"] <= min(record["round_medians_us"])
+    assert len(records(folder)) == 2 * 4
+    run(3)
+    assert len(records(folder)) == 3 * 4
+    assert all(r["rounds"] == 3 for (kind, _, _), r in ProfileStore(str(folder)).newest_good().items()
+               if kind in ("unit", "model"))
+
+
 def test_a_server_killed_mid_job_is_reported_and_its_kernels_measured_on_the_other(tmp_path, rt):
     farm = Farm(tmp_path / "farm", rt, key="dying")
     try:

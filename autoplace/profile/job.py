@@ -417,15 +417,15 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
                                    or max_rounds < rounds):
         raise ProfilingError(f"max_rounds={max_rounds!r} with rounds={rounds}: give an integer >= rounds "
                              "(e.g. --rounds 3 --max-rounds 6), or leave it out")
-    if rpc is not None and (rounds != 1 or max_rounds not in (None, 1)):
-        raise ProfilingError(f"rounds={rounds} is not supported over RPC yet: profile with rounds=1 (the default) "
-                             "there, or run the job on the machine itself")
+    if rpc is not None and max_rounds not in (None, rounds):
+        raise ProfilingError(f"max_rounds={max_rounds} is not supported over RPC yet: give rounds only (every kernel "
+                             "is then timed that many times), or run the job on the machine itself")
     if rpc is not None:
         from .rpc import profile_over_rpc
 
         return profile_over_rpc(models, targets, rpc, store=store, copies=copies, end_to_end=end_to_end, redo=redo,
                                 copy_sizes=copy_sizes, timer=timer, progress=progress, log=log,
-                                lock_timeout_s=lock_timeout_s)
+                                lock_timeout_s=lock_timeout_s, rounds=rounds)
     targets = TargetSet(targets)
     if timer is not None and not isinstance(timer, KernelTimer):
         raise ProfilingError(f"timer must be a KernelTimer, got {type(timer).__name__}")

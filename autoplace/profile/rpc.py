@@ -596,13 +596,17 @@ def _build_failure(err: BaseException) -> dict:
 def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "profiles", copies: bool = True,
                      end_to_end: bool = True, redo=(), copy_sizes=DEFAULT_COPY_SIZES, timer=None,
                      progress: bool = True, log=print, lock_timeout_s: float | None = None,
-                     build_workers: int | None = None) -> dict:
+                     build_workers: int | None = None, rounds: int = 1) -> dict:
     """Profile models on the machines of an RPC key into that machine's profile; returns a summary dict.
 
     Parameters
     ----------
     models, targets, copies, end_to_end, redo, copy_sizes, progress, lock_timeout_s :
         As :func:`~autoplace.profile.job.profile_models`; targets whose device the servers lack are skipped.
+    rounds : int
+        Time every kernel and model this many times, round after round over all of them (round 2 starts when
+        every item had round 1), merged as the local job merges them
+        (:func:`~autoplace.profile.job.merge_rounds`); a job run again with more rounds adds the missing ones.
     rpc : RPCConfig, str, dict or pair
         The tracker and key (see :meth:`RPCConfig.create`).
     store : ProfileStore, optional
@@ -630,6 +634,9 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
     from .measure import validate_timing
 
     started = time.perf_counter()
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ProfilingError(f"rounds={rounds!r}: give the number of times to time each kernel, an integer >= 1 "
+                             "(e.g. --rounds 3)")
     targets = TargetSet(targets)
     if timer is not None:
         timing, timeout_s = dict(timer.timing), float(timer.timeout_s or 300.0)
@@ -656,7 +663,8 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
         job = _Job(farm, targets, kinds, runnable, store, meta, timeout_s=timeout_s, log=log, progress=progress,
                    build_workers=build_workers)
         with store.lock(timeout_s=lock_timeout_s, log=log):
-            summary = job.run(extracted, copies=copies, end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes)
+            summary = job.run(extracted, copies=copies, end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes,
+                              rounds=rounds)
     return dict(summary, skipped_targets=skipped, seconds=time.perf_counter() - started,
                 hardware_id=meta["hardware_id"], servers=len(farm.servers), profile=store.path)
 
@@ -773,7 +781,7 @@ class _Job:
                                  "was recorded; check the servers and run again")
 
     # -- the job ---------------------------------------------------------------------------------
-    def run(self, extracted, *, copies, end_to_end, redo, copy_sizes) -> dict:
+    def run(self, extracted, *, copies, end_to_end, redo, copy_sizes, rounds: int = 1) -> dict:
         from tvm.support.popen_pool import PopenPoolExecutor
 
         from .job import model_fields, model_placement, probe_module
@@ -866,6 +874,8 @@ class _Job:
                 builder.join()
                 if bar is not None:
                     bar.close()
+            if rounds > 1:
+                self.more_rounds(extracted, rounds, end_to_end, submit)
         finally:
             pool.shutdown(wait=False)
         for kind, records in self.held.items():
@@ -878,6 +888,79 @@ class _Job:
                 "so none of these failures was recorded. Fix the cause and run again."
             )
         return dict(units_total=total_units, units_unique=len(seen), measured=self.measured, failed=self.failed)
+
+
+    def more_rounds(self, extracted, rounds: int, end_to_end: bool, submit) -> None:
+        """Rounds 2..``rounds`` over RPC: every kernel and model of the job with a successful record and fewer
+        rounds, timed again round after round over all of them (a kernel's rounds minutes apart on a long job),
+        each result merged into its newest record (:func:`~autoplace.profile.job.merge_rounds`: the median of the
+        rounds within 10% of the fastest). A failure in a later round leaves the record as it was. Kernels
+        compiled in this job are not compiled again; ``submit(unit, kind, file)`` compiles the others."""
+        from .job import merge_rounds, model_fields, model_placement
+        from .remote import kernel_item, plan_item
+
+        newest = self.store.newest_good()
+
+        def behind(tag, round_):
+            return tag in newest and int(newest[tag].get("rounds", 1)) < round_
+
+        def merge(work, result):
+            record = work.item["record"]
+            tag = (record["kind"], record["key"], record["target"])
+            if result.get("status") != "ok":
+                self.log(f"{work.what}: {result.get('status')} ({result.get('error', '')}); its record keeps the "
+                         "rounds it had")
+                return
+            merged = merge_rounds(newest[tag], {"host_slowdown": None, **result})
+            if record["kind"] == "model":
+                merged.pop("std_us", None)
+            self.append(merged)
+            newest[tag] = merged
+
+        for round_ in range(2, rounds + 1):
+            works, later, seen = [], [], set()
+            for model, graph, by_kind in extracted:
+                for kind, kind_units in by_kind.items():
+                    for unit in kind_units:
+                        tag = ("unit", unit.key, kind)
+                        if tag in seen or not behind(tag, round_):
+                            continue
+                        seen.add(tag)
+                        file = os.path.join("lib", f"{unit.key}_{kind}.so")
+                        path = os.path.join(self.farm.workdir, file)
+                        if os.path.exists(path):
+                            build = cf.Future()
+                            build.set_result(path)
+                        else:
+                            build = submit(unit, kind, file)
+                        works.append(Work(kernel_item(unit, graph, model.name, kind, file), build,
+                                          what=f"{model.name}:{unit.func_name}, round {round_}"))
+                    if end_to_end and behind(("model", model.name, kind), round_):
+                        placement = model_placement(model, graph, self.targets, self.kinds[kind])
+                        record = model_fields(model, kind_units, placement, kind)
+                        file = os.path.join("lib", f"model_{model.name}_{kind}.so")
+                        item, values, write = plan_item(placement, record, file)
+                        work = Work(item, cf.Future(), values, what=f"{model.name} end to end on {kind}, round {round_}")
+                        if os.path.exists(os.path.join(self.farm.workdir, file)):
+                            work.build.set_result(os.path.join(self.farm.workdir, file))
+                        else:
+                            later.append((work, write))
+                        works.append(work)
+            if not works:
+                continue
+            builder = threading.Thread(target=_build_later, args=(later, self.farm.workdir), daemon=True)
+            builder.start()
+            bar = None
+            if self.progress:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(works), desc=f"rpc {self.farm.config.key}, round {round_}/{rounds}", unit="item")
+            try:
+                self.farm.run(works, merge, progress=bar)
+            finally:
+                builder.join()
+                if bar is not None:
+                    bar.close()
 
 
 def _export_kernel(func_script: str, target_json: str, path: str) -> str:
