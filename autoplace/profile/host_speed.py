@@ -141,7 +141,8 @@ class HostSpeed:
                 f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
                 f"{self.best_us:.0f} us)"
                 + ("; rounds more than 10% slower than a kernel's fastest round are left out: "
-                   "add rounds with a higher --rounds" if slow else ""))
+                   "add rounds with a higher --rounds, or only where no two rounds agree with --max-rounds"
+                   if slow else ""))
 
 
 def best_canary_us(records) -> float | None:
