@@ -199,6 +199,31 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert len(ProfileStore(again).records()) == len(df)
 
 
+def test_a_bundles_stream_reads_short_vectors_on_one_thread_and_long_ones_in_parallel(tmp_path):
+    """The bundle's streaming kernels double any length of float32 vector; the runner takes the one-thread one
+    below the manifest's threshold (as autoplace schedules an elementwise kernel) and the parallel one from it."""
+    import numpy as np
+    import tvm
+
+    from autoplace.profile.remote import STREAM_PARALLEL_MIN_ELEMS, export_stream_kernel
+    from autoplace.profile.remote_runner import stream_by_length
+
+    calls = []
+    fake = {"main": lambda x, y: calls.append("main"), "serial": lambda x, y: calls.append("serial")}
+    stream = stream_by_length(fake, 1000)
+    for n in (999, 1000, 16):
+        stream(np.zeros(n), None)
+    assert calls == ["serial", "main", "serial"]
+    path = str(tmp_path / "stream.so")
+    export_stream_kernel("llvm", path)
+    stream = stream_by_length(tvm.runtime.load_module(path), STREAM_PARALLEL_MIN_ELEMS)
+    for n in (37, STREAM_PARALLEL_MIN_ELEMS + 5):
+        x = np.arange(n, dtype="float32")
+        y = tvm.runtime.empty((n,), "float32", tvm.cpu())
+        stream(tvm.runtime.tensor(x), y)
+        np.testing.assert_array_equal(y.numpy(), 2 * x)
+
+
 def test_bundle_rounds_merge_per_item_in_round_order_and_keep_a_failure():
     from autoplace.profile.remote import merge_bundle_rounds
 

@@ -26,6 +26,7 @@ import shutil
 
 import tvm
 
+from ..backend.cpu_schedules import PARALLEL_MIN_WORK
 from ..backend.pipeline import build
 from ..frontend import load_model
 from ..graph import op_graph
@@ -206,23 +207,40 @@ def copy_fit_record(label: str, rows: list) -> dict:
     return record
 
 
+#: Vectors the bundle's runner reads back in parallel from this many elements on (shorter: on one thread): where
+#: autoplace's CPU schedules run an elementwise kernel in parallel (``PARALLEL_MIN_WORK["injective"]``).
+STREAM_PARALLEL_MIN_ELEMS = PARALLEL_MIN_WORK["injective"]
+
+
+def _twice(x):
+    return lambda i: x[i] + x[i]
+
+
 def export_stream_kernel(target, path: str) -> None:
-    """The runner's streaming kernel for in-model timing (``remote_runner.register_stream_preproc``): ``main(x,
+    """The runner's streaming kernels for in-model timing (``remote_runner.register_stream_preproc``): ``main(x,
     y)``, ``y = x + x`` over float32 vectors of any length, 16 lanes at a time, the chunks in parallel (each core
-    streams through its share, as the profiler's own streamer here), compiled for ``target`` (an ``llvm`` one)."""
+    streams through its share), and ``serial(x, y)``, the same on one thread, compiled for ``target`` (an ``llvm``
+    one). The runner streams vectors of at least :data:`STREAM_PARALLEL_MIN_ELEMS` in parallel and shorter ones on
+    one thread, as the profiler's own streamer here (autoplace's schedule of an ``add``) does: a short input read
+    back by both cores was left half in the other core's L2, and the bundle's in-model times of kernels under
+    0.1 us read 1.1-1.75x the profiler's (Zen 3, session 20)."""
     from tvm import te
 
     from ..backend.cpu_schedules import cpu_target
 
-    n = tvm.tirx.Var("n", "int64")
-    x = te.placeholder((n,), "float32", name="x")
-    y = te.compute((n,), lambda i: x[i] + x[i], name="y")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([x, y]))
-    (loop,) = sch.get_loops(sch.get_sblock("y"))
-    outer, inner = sch.split(loop, [None, 16])
-    sch.parallel(outer)
-    sch.vectorize(inner)
-    tvm.tirx.build(sch.mod, target=cpu_target(target)).export_library(path)
+    funcs = {}
+    for name, parallel in (("main", True), ("serial", False)):
+        n = tvm.tirx.Var("n", "int64")
+        x = te.placeholder((n,), "float32", name="x")
+        y = te.compute((n,), _twice(x), name="y")
+        sch = tvm.s_tir.Schedule(te.create_prim_func([x, y]))
+        (loop,) = sch.get_loops(sch.get_sblock("y"))
+        outer, inner = sch.split(loop, [None, 16])
+        if parallel:
+            sch.parallel(outer)
+        sch.vectorize(inner)
+        funcs[name] = sch.mod["main"].with_attr("global_symbol", name)
+    tvm.tirx.build(tvm.IRModule(funcs), target=cpu_target(target)).export_library(path)
 
 
 # ---------------------------------------------------------------------------------------------- bundles
@@ -264,6 +282,7 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
     if any(entry["kind"] == "llvm" for entry in manifest["units"]):  # the runner times CPU kernels in-model with it
         export_stream_kernel(targets[kinds["llvm"]].target, os.path.join(bundle_dir, STREAM_FILE))
         manifest["stream"] = STREAM_FILE
+        manifest["stream_parallel_min"] = STREAM_PARALLEL_MIN_ELEMS
     for name in targets:
         for entry, write in launch_items(targets, name):
             write(os.path.join(bundle_dir, entry["file"]))

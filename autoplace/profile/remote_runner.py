@@ -43,8 +43,9 @@ REREAD_MIN_BYTES = 4 << 10
 DEFAULT_L2_PER_CORE_BYTES = 512 << 10
 #: Name of the preprocessing function registered in the timing process (``time_evaluator(f_preproc=...)``).
 PREPROC_NAME = "autoplace.profile.in_model_cache"
-#: A bundle's streaming kernel for in-model timing (``main(x, y)``: ``y = x + x`` over float32 vectors of any
-#: length, parallel, built for the bundle's CPU target; the manifest's ``stream``).
+#: A bundle's streaming kernels for in-model timing (``main(x, y)``: ``y = x + x`` over float32 vectors of any
+#: length, parallel, and ``serial(x, y)`` on one thread, built for the bundle's CPU target; the manifest's
+#: ``stream``, used in parallel from ``stream_parallel_min`` elements: :func:`stream_by_length`).
 STREAM_FILE = "lib/in_model_stream.so"
 
 #: Relax functions a placed model's executable carries for timing it with every argument on its own device:
@@ -189,6 +190,23 @@ def activation_inputs(num_args, num_outputs, weight_args):
     """Positions of a kernel's inputs that are not weights (what the kernel before it wrote)."""
     weights = set(weight_args)
     return [i for i in range(num_args - num_outputs) if i not in weights]
+
+
+def stream_by_length(module, parallel_min_elems):
+    """``stream(x, y)`` with a bundle's streaming kernels (``module``): ``serial`` for vectors shorter than
+    ``parallel_min_elems``, ``main`` (parallel) for the others, as autoplace schedules an elementwise kernel
+    (older bundles have ``main`` only)."""
+    parallel = module["main"]
+    try:
+        serial = module["serial"]
+    except Exception:  # a bundle built before session 21
+        return parallel
+    threshold = int(parallel_min_elems or 0)
+
+    def stream(x, y):
+        (serial if int(x.shape[0]) < threshold else parallel)(x, y)
+
+    return stream
 
 
 def register_stream_preproc(tvm, stream, reread_args, buffers):
@@ -437,7 +455,9 @@ def main(argv=None):
 
     in_model = None  # CPU kernels also timed in-model, with the bundle's streaming kernel (older bundles: none)
     if manifest.get("stream") and any(item.get("kind") == "llvm" for item in manifest["units"]) and available("llvm"):
-        stream, buffers = tvm.runtime.load_module(os.path.join(args.bundle, manifest["stream"]))["main"], {}
+        stream = stream_by_length(tvm.runtime.load_module(os.path.join(args.bundle, manifest["stream"])),
+                                  manifest.get("stream_parallel_min", 0))
+        buffers = {}
 
         def in_model(lib, dev, call_args, record):
             return time_in_model(tvm, lib, dev, call_args, record, stream, buffers, args.repeat)
