@@ -331,6 +331,9 @@ def test_max_rounds_time_again_only_what_no_other_round_confirms(tmp_path):
                               round_in_model_medians_us=[20.0, 30.0]))
     assert confirmed(dict(median_us=10.0, round_medians_us=[10.0, 10.2], in_model_median_us=20.0,
                           round_in_model_medians_us=[21.0, 20.0]))
+    # a model whose two rounds agree, but more slowly than its kernels ran in context in the same runs
+    model = dict(kind="model", median_us=9757.0, round_medians_us=[9726.0, 9788.0], in_context_us=[3500.0, 3520.0])
+    assert not confirmed(model) and confirmed(dict(model, in_context_us=[4000.0, 4000.0]))
 
     store = ProfileStore(str(tmp_path / "p"))
     with pytest.raises(ProfilingError, match="max_rounds=2 with rounds=3"):

@@ -176,12 +176,24 @@ def confirmed(record: dict) -> bool:
     calm moment of a busy host happened to give. On the AMD Zen 3 (3 rounds, a host slow in phases of minutes)
     42% of the kernels' warm times and 61% of their in-model times stood on their fastest round alone; on the
     AMD Zen 4, 10% and 21%. A record timed in one round is not confirmed.
+
+    A model's end-to-end time is not confirmed either while it is more than its kernels timed in context in the
+    same runs allow (:func:`~autoplace.profile.in_context.in_context_ceiling_us`): two rounds minutes apart can
+    both fall in one slow phase. On the Zen 3, cnn-base read 9726 and 9788 us end to end in two rounds of one job,
+    its kernels 7020 us in context, the plans of it 6953 us an hour later; 2 of the 172 model records there
+    were over the ceiling, none of the Zen 4's 172 or the Xeon's 23.
     """
+    from .in_context import in_context_ceiling_us
+
     for field, single in (("round_medians_us", "median_us"), ("round_in_model_medians_us", "in_model_median_us")):
         medians = record.get(field)
         if medians is None and field != "round_medians_us" and single not in record:
             continue  # no in-model time: nothing to confirm
         if not isinstance(medians, list) or len(fastest_rounds([float(m) for m in medians])) < 2:
+            return False
+    if record.get("kind") == "model" and isinstance(record.get("in_context_us"), list):
+        ceiling = in_context_ceiling_us(record["in_context_us"])
+        if ceiling is not None and float(record["median_us"]) > ceiling:
             return False
     return True
 
