@@ -17,6 +17,7 @@ import pytest
 import tvm
 
 from autoplace import zoo
+from autoplace.backend.cpu_threads import restore_usable_cpus
 from autoplace.errors import ProfilingError, RPCError
 from autoplace.profile import ProfileStore, extract_units
 from autoplace.profile.hardware import measured_by
@@ -83,6 +84,8 @@ class Farm:
     def _start(self, name, argv, env):
         self.logs[name] = os.path.join(self.tmp, f"{name}.log")
         with open(self.logs[name], "w") as log:  # the child keeps its own descriptor
+            # with the CPUs a server started from a shell has, not the one TVM's pool pinned this thread to
+            restore_usable_cpus()
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
                                                 env={**os.environ, **env}, start_new_session=True)
 

@@ -13,7 +13,27 @@ record the thread count they were measured with (:func:`runtime_threads`).
 
 from __future__ import annotations
 
-__all__ = ["physical_cores", "runtime_threads", "use_physical_cores"]
+import os
+
+__all__ = ["USABLE_CPUS", "physical_cores", "restore_usable_cpus", "runtime_threads", "use_physical_cores"]
+
+#: The CPUs this process may run on, read when autoplace is imported. TVM's thread pool, sized below the CPUs
+#: (``TVM_NUM_THREADS=1`` on two), pins the thread that runs a parallel kernel to one CPU: after an in-process
+#: profile job the main thread's affinity read ``{0}`` on the 2-vCPU Zen 3, so a hardware id computed then said
+#: ``-1c`` and every process started from that thread (the profiling worker, RPC servers in the tests) inherited
+#: one CPU. The hardware id counts these; :func:`restore_usable_cpus` gives a child process them back.
+USABLE_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def restore_usable_cpus(cpus=None) -> None:
+    """Let this process run on ``cpus`` (default :data:`USABLE_CPUS`) again, whatever thread affinity it inherited
+    (nothing where the platform has no affinity)."""
+    cpus = USABLE_CPUS if cpus is None else cpus
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:  # a CPU set the container no longer allows: keep what there is
+            pass
 
 
 def physical_cores() -> int:

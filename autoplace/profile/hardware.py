@@ -50,7 +50,10 @@ def _gpus() -> list[dict]:
 def _hardware() -> tuple:
     """CPU model, its microarchitecture, usable cores and GPUs of this machine (asked once per process:
     nvidia-smi is slow)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from ..backend.cpu_threads import USABLE_CPUS
+
+    # the CPUs at import: TVM's thread pool may have pinned this thread to one since
+    cores = len(USABLE_CPUS) if USABLE_CPUS else os.cpu_count()
     cpu, arch = _cpu_model()
     gpus = _gpus()
     gpu_items = tuple(tuple(sorted(g.items())) for g in gpus)

@@ -178,8 +178,11 @@ def _worker_forget() -> int:
     return count
 
 
-def _worker_init():
+def _worker_init(cpus=None):
     os.environ.setdefault("TVM_LOG_DEBUG", "0")
+    from ..backend.cpu_threads import restore_usable_cpus
+
+    restore_usable_cpus(cpus)  # the CPUs the parent had at import, not the one TVM may have pinned its thread to
 
 
 def _worker_ready() -> dict:
@@ -277,7 +280,10 @@ class KernelTimer:
         if self._pool is None:
             refuse_in_spawn_bootstrap("a profiling worker")
             ctx = multiprocessing.get_context("spawn")
-            self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init)
+            from ..backend.cpu_threads import USABLE_CPUS
+
+            self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init,
+                                                initargs=(sorted(USABLE_CPUS) if USABLE_CPUS else None,))
             try:
                 self._pool.submit(_worker_ready).result(timeout=max(STARTUP_TIMEOUT_S, self.timeout_s))
             except Exception as err:
