@@ -889,7 +889,6 @@ class _Job:
             )
         return dict(units_total=total_units, units_unique=len(seen), measured=self.measured, failed=self.failed)
 
-
     def more_rounds(self, extracted, rounds: int, end_to_end: bool, submit) -> None:
         """Rounds 2..``rounds`` over RPC: every kernel and model of the job with a successful record and fewer
         rounds, timed again round after round over all of them (a kernel's rounds minutes apart on a long job),
