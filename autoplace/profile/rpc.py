@@ -784,8 +784,8 @@ class _Job:
     def run(self, extracted, *, copies, end_to_end, redo, copy_sizes, rounds: int = 1) -> dict:
         from tvm.support.popen_pool import PopenPoolExecutor
 
-        from .job import model_fields, model_placement, probe_module
-        from .remote import copy_items, kernel_item, launch_items, plan_item
+        from .job import probe_module
+        from .remote import copy_items, kernel_item, launch_items
         from .units import extract_units
 
         done = {tag for tag in self.store.done(retry_timeouts_below_s=self.timeout_s) if tag[0] not in redo}
@@ -830,17 +830,10 @@ class _Job:
                             f"{result.get('error', '')}. That is a problem of the options or the set-up (compiling "
                             "here, the servers' TVM runtime), not of any kernel, so nothing was recorded."
                         )
-            works = []
-            for model_name, graph, unit, kind in units:
-                file = os.path.join("lib", f"{unit.key}_{kind}.so")
-                works.append(Work(kernel_item(unit, graph, model_name, kind, file), submit(unit, kind, file),
-                                  what=f"{model_name}:{unit.func_name}"))
+            works = [self._kernel_work(model_name, graph, unit, kind, submit) for model_name, graph, unit, kind in units]
             later = []  # (Work, build): compiled here in this thread while the servers time the kernels
-            for model, graph, kind_units, tname, kind in model_runs:
-                placement = model_placement(model, graph, self.targets, tname)
-                record = model_fields(model, kind_units, placement, kind)
-                item, values, write = plan_item(placement, record, os.path.join("lib", f"model_{model.name}_{kind}.so"))
-                later.append((Work(item, cf.Future(), values, what=f"{model.name} end to end on {kind}"), write))
+            for model, graph, kind_units, _, kind in model_runs:
+                later.append(self._model_work(model, graph, kind_units, kind))
             if copies:
                 for name in self.runnable:
                     label = self.targets[name].label
@@ -859,21 +852,7 @@ class _Job:
                     later.extend((Work(item, cf.Future(), what=f"copy {label} {item['record']['key']} B"), write)
                                  for item, write in items)
             works.extend(w for w, _ in later)
-            bar = None
-            if works:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=len(works), desc=f"rpc {self.farm.config.key}", unit="item",
-                           disable=not self.progress)
-            builder = threading.Thread(target=_build_later, args=(later, self.farm.workdir), daemon=True)
-            builder.start()
-            try:
-                if works:
-                    self.farm.run(works, self.on_result, progress=bar)
-            finally:
-                builder.join()
-                if bar is not None:
-                    bar.close()
+            self._time_all(works, later, self.on_result, f"rpc {self.farm.config.key}")
             if rounds > 1:
                 self.more_rounds(extracted, rounds, end_to_end, submit)
         finally:
@@ -889,14 +868,55 @@ class _Job:
             )
         return dict(units_total=total_units, units_unique=len(seen), measured=self.measured, failed=self.failed)
 
+    def _kernel_work(self, model_name, graph, unit, kind, submit, what_more: str = "") -> Work:
+        """A kernel to time; compiled by ``submit(unit, kind, file)`` unless this job compiled it already."""
+        from .remote import kernel_item
+
+        file = os.path.join("lib", f"{unit.key}_{kind}.so")
+        path = os.path.join(self.farm.workdir, file)
+        if os.path.exists(path):
+            build = cf.Future()
+            build.set_result(path)
+        else:
+            build = submit(unit, kind, file)
+        return Work(kernel_item(unit, graph, model_name, kind, file), build,
+                    what=f"{model_name}:{unit.func_name}{what_more}")
+
+    def _model_work(self, model, graph, kind_units, kind, what_more: str = "") -> tuple:
+        """``(Work, build)`` of a model built on one target kind, timed end to end (its executable is written by
+        ``build(path)``: :func:`_build_later`)."""
+        from .job import model_fields, model_placement
+        from .remote import plan_item
+
+        placement = model_placement(model, graph, self.targets, self.kinds[kind])
+        record = model_fields(model, kind_units, placement, kind)
+        item, values, write = plan_item(placement, record, os.path.join("lib", f"model_{model.name}_{kind}.so"))
+        return Work(item, cf.Future(), values, what=f"{model.name} end to end on {kind}{what_more}"), write
+
+    def _time_all(self, works, later, on_result, desc: str) -> None:
+        """Time ``works`` on the farm while a thread builds the executables of ``later``; one progress bar."""
+        bar = None
+        if works:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(works), desc=desc, unit="item", disable=not self.progress)
+        builder = threading.Thread(target=_build_later, args=(later, self.farm.workdir), daemon=True)
+        builder.start()
+        try:
+            if works:
+                self.farm.run(works, on_result, progress=bar)
+        finally:
+            builder.join()
+            if bar is not None:
+                bar.close()
+
     def more_rounds(self, extracted, rounds: int, end_to_end: bool, submit) -> None:
         """Rounds 2..``rounds`` over RPC: every kernel and model of the job with a successful record and fewer
         rounds, timed again round after round over all of them (a kernel's rounds minutes apart on a long job),
         each result merged into its newest record (:func:`~autoplace.profile.job.merge_rounds`: the median of the
         rounds within 10% of the fastest). A failure in a later round leaves the record as it was. Kernels
         compiled in this job are not compiled again; ``submit(unit, kind, file)`` compiles the others."""
-        from .job import merge_rounds, model_fields, model_placement
-        from .remote import kernel_item, plan_item
+        from .job import merge_rounds
 
         newest = self.store.newest_good()
 
@@ -922,44 +942,19 @@ class _Job:
                 for kind, kind_units in by_kind.items():
                     for unit in kind_units:
                         tag = ("unit", unit.key, kind)
-                        if tag in seen or not behind(tag, round_):
-                            continue
-                        seen.add(tag)
-                        file = os.path.join("lib", f"{unit.key}_{kind}.so")
-                        path = os.path.join(self.farm.workdir, file)
-                        if os.path.exists(path):
-                            build = cf.Future()
-                            build.set_result(path)
-                        else:
-                            build = submit(unit, kind, file)
-                        works.append(Work(kernel_item(unit, graph, model.name, kind, file), build,
-                                          what=f"{model.name}:{unit.func_name}, round {round_}"))
+                        if tag not in seen and behind(tag, round_):
+                            seen.add(tag)
+                            works.append(self._kernel_work(model.name, graph, unit, kind, submit, f", round {round_}"))
                     if end_to_end and behind(("model", model.name, kind), round_):
-                        placement = model_placement(model, graph, self.targets, self.kinds[kind])
-                        record = model_fields(model, kind_units, placement, kind)
-                        file = os.path.join("lib", f"model_{model.name}_{kind}.so")
-                        item, values, write = plan_item(placement, record, file)
-                        work = Work(item, cf.Future(), values, what=f"{model.name} end to end on {kind}, round {round_}")
-                        if os.path.exists(os.path.join(self.farm.workdir, file)):
-                            work.build.set_result(os.path.join(self.farm.workdir, file))
+                        work, write = self._model_work(model, graph, kind_units, kind, f", round {round_}")
+                        built = os.path.join(self.farm.workdir, work.item["file"])
+                        if os.path.exists(built):
+                            work.build.set_result(built)
                         else:
                             later.append((work, write))
                         works.append(work)
-            if not works:
-                continue
-            builder = threading.Thread(target=_build_later, args=(later, self.farm.workdir), daemon=True)
-            builder.start()
-            bar = None
-            if self.progress:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=len(works), desc=f"rpc {self.farm.config.key}, round {round_}/{rounds}", unit="item")
-            try:
-                self.farm.run(works, merge, progress=bar)
-            finally:
-                builder.join()
-                if bar is not None:
-                    bar.close()
+            if works:
+                self._time_all(works, later, merge, f"rpc {self.farm.config.key}, round {round_}/{rounds}")
 
 
 def _export_kernel(func_script: str, target_json: str, path: str) -> str:
