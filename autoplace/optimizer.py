@@ -403,7 +403,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     from .cost_model import CostTable
     from .errors import CopyCostError, ProfilingError
     from .profile import ProfileStore, measured_here_dir
-    from .profile.cache_state import l2_bytes, model_touches_more_than_l2
+    from .profile.cache_state import l2_bytes, model_runs_in_model
     from .profile.job import measure_in_context, measure_kernels
 
     runnable = [t for t in targets if t not in targets.unavailable()]
@@ -416,7 +416,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         if kind not in here_kinds:
             continue
         # A model larger than this machine's L2 is priced in-model: a kernel timed warm only is missing too.
-        in_model = kind == "llvm" and timed_in_model is not None and model_touches_more_than_l2(
+        in_model = kind == "llvm" and timed_in_model is not None and model_runs_in_model(
             units, l2_bytes(len(USABLE_CPUS) if USABLE_CPUS else None))  # the cores at import (not a pinned thread's)
         # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
         todo = [u for u in units if redo or ((u.key, kind) not in own.measured_

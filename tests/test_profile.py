@@ -464,7 +464,8 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
 
 def test_cost_tables_price_models_larger_than_the_l2_in_model():
     """A model that touches more bytes per call than the L2 that timed its kernels is priced with the kernels'
-    in-model times, measured or (scaled by its op class's measured ratio) predicted; a small one warm."""
+    in-model times, measured or (scaled by its op class's measured ratio) predicted; a small one warm, and so is
+    a model of one kernel."""
     import pandas as pd
 
     from autoplace.cost_model import CostTable
@@ -498,6 +499,10 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert list(cold["latency_us"]) == [15.0, 2.0, 2.0, 30.0] and cold["in_model"].all()
     assert list(cold["source"]) == ["measured"] * 3 + ["predicted"]
     assert list(table.latencies(big, "llvm", in_model=False)["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
+    # A model of one kernel finds its data where the kernel's warm timing leaves it, however large.
+    alone = [dict(records[2], weight_bytes=4 << 20)] * 2
+    assert list(table.latencies(alone, "llvm")["latency_us"]) == [40.0, 40.0]
+    assert list(table.latencies(alone + [records[1]], "llvm")["latency_us"]) == [60.0, 60.0, 2.0]
     # A model whose kernels were timed inside it (a record with the same kernels in the same launch order) is
     # priced by those times, in-model or not; another order, or in_context=False, is priced as before.
     timed = CostTable(pd.DataFrame(records + [dict(kind="model", key="m", target="llvm", status="ok", median_us=60.0,

@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..profile.cache_state import model_touches_more_than_l2
+from ..profile.cache_state import model_runs_in_model
 from ..targets import kind_of_label
 from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
 from .features import as_records, features_from_unit
@@ -144,7 +144,7 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
         if not isinstance(keys, list) or not keys or any(str(k) not in measured for k in keys):
             continue
         times = measured
-        if in_model and model_touches_more_than_l2([by_key[str(k)] for k in keys], l2):
+        if in_model and model_runs_in_model([by_key[str(k)] for k in keys], l2):
             times = {k: in_model.get(k, us) for k, us in measured.items()}  # as the cost table prices it
         kernels = sum(times[str(k)] for k in keys) + alloc_us
         rows.append((float(e2e), kernels, len(keys), max(0.0, float(args) - 1)))
@@ -335,13 +335,13 @@ class CostTable:
 
     def runs_in_model(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels (all of them, in launch order) is priced in-model on a target kind:
-        it touches more bytes per call than the L2 that timed its kernels
-        (:func:`~autoplace.profile.cache_state.model_touches_more_than_l2`). False when the profile has no
+        it touches more bytes per call than the L2 that timed its kernels and launches more than one kernel
+        (:func:`~autoplace.profile.cache_state.model_runs_in_model`). False when the profile has no
         in-model timing for that kind."""
-        from ..profile.cache_state import model_touches_more_than_l2
+        from ..profile.cache_state import model_runs_in_model
 
         kind = kind_of_label(target_kind)
-        return kind in self.l2_bytes_ and model_touches_more_than_l2(as_records(list(units)), self.l2_bytes_[kind])
+        return kind in self.l2_bytes_ and model_runs_in_model(as_records(list(units)), self.l2_bytes_[kind])
 
     def _fit_overheads(self, df: pd.DataFrame) -> None:
         """Replace the probed VM overheads with :func:`fit_vm_overhead`, once per target kind (the end-to-end
