@@ -399,11 +399,10 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
 
     import pandas as pd
 
-    from .backend.cpu_threads import USABLE_CPUS
     from .cost_model import CostTable
     from .errors import CopyCostError, ProfilingError
     from .profile import ProfileStore, measured_here_dir
-    from .profile.cache_state import l2_bytes, model_runs_in_model
+    from .profile.cache_state import model_runs_in_model, usable_l2_bytes
     from .profile.job import measure_in_context, measure_kernels
 
     runnable = [t for t in targets if t not in targets.unavailable()]
@@ -416,8 +415,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         if kind not in here_kinds:
             continue
         # A model larger than this machine's L2 is priced in-model: a kernel timed warm only is missing too.
-        in_model = kind == "llvm" and timed_in_model is not None and model_runs_in_model(
-            units, l2_bytes(len(USABLE_CPUS) if USABLE_CPUS else None))  # the cores at import (not a pinned thread's)
+        in_model = kind == "llvm" and timed_in_model is not None and model_runs_in_model(units, usable_l2_bytes())
         # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
         todo = [u for u in units if redo or ((u.key, kind) not in own.measured_
                                              and (u.key, kind) not in own.unsupported_)

@@ -64,7 +64,7 @@ def register_read_preproc(reread_args) -> str:
 
     from autoplace.profile import cache_state
 
-    n = 2 * cache_state.l2_bytes() // 4
+    n = 2 * cache_state.usable_l2_bytes() // 4
     if n not in cache_state._EVICTION_BUFFERS:
         cache_state._EVICTION_BUFFERS[n] = tvm.runtime.tensor(np.ones(n, "float32"))
     evict, buffer = cache_state._streamer(n), cache_state._EVICTION_BUFFERS[n]

@@ -20,6 +20,7 @@ from autoplace import zoo
 from autoplace.backend.cpu_threads import restore_usable_cpus
 from autoplace.errors import ProfilingError, RPCError
 from autoplace.profile import ProfileStore, extract_units
+from autoplace.profile.cache_state import IN_MODEL_TIMING
 from autoplace.profile.hardware import measured_by
 from autoplace.profile.rpc import RPCConfig, profile_over_rpc, wait_for_servers
 
@@ -221,6 +222,7 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
             profile_models([zoo.get("seed003")], {"cpu0": "llvm", "cpu1": "llvm"}, ProfileStore(sys.argv[1]),
                            copy_sizes=(4, 4096), timer=KernelTimer(repeat=2, min_repeat_ms=1), progress=False)
     """))
+    restore_usable_cpus()  # the CPUs a job started from a shell has (as the servers'), not this pinned thread's
     done = subprocess.run([sys.executable, str(script), str(local)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     mine = records(local)
@@ -231,13 +233,15 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
             out.setdefault(r["kind"], set()).update(r)
         return out
 
-    # Only the host-speed canary differs (it times this machine, not the servers a farm job times on), the
-    # in-model timing of CPU kernels (not over RPC yet: the servers' kernels are timed warm) and the in-context
-    # timing of models' kernels (not over RPC yet either).
-    local_only = {"host_slowdown", "canary_us", "calm_samples", "in_model_median_us", "in_model_min_us",
-                  "in_model_timing", "l2_bytes", "in_context_us", "in_context_kernel_us", "in_context_hook_us",
-                  "in_context_runs", "in_context_timing", "in_context_host_slowdown"}
+    # Only the host-speed canary differs (it times this machine, not the servers a farm job times on) and the
+    # in-context timing of models' kernels (not over RPC yet).
+    local_only = {"host_slowdown", "canary_us", "calm_samples", "in_context_us", "in_context_kernel_us",
+                  "in_context_hook_us", "in_context_runs", "in_context_timing", "in_context_host_slowdown"}
     assert fields(after) == {kind: names - local_only for kind, names in fields(mine).items()}
+    # CPU kernels were timed in-model on the servers too (the preprocessing library each session loads), the
+    # L2 read there, as the local job reads it here.
+    assert all(r["in_model_median_us"] > 0 and r["in_model_timing"] == IN_MODEL_TIMING for r in units)
+    assert {r["l2_bytes"] for r in units} == {r["l2_bytes"] for r in mine if r["kind"] == "unit"}
 
 
 ROUNDS_JOB = textwrap.dedent(

@@ -32,6 +32,17 @@ from .remote_runner import (  # noqa: F401  (re-exported: the profiler and the c
     l2_bytes,
 )
 
+
+def usable_l2_bytes() -> int:
+    """:func:`l2_bytes` of the CPUs this process could use when autoplace was imported
+    (:data:`~autoplace.backend.cpu_threads.USABLE_CPUS`), not of the calling thread's affinity now: TVM's pool,
+    with fewer threads than CPUs, pins the thread that launches a parallel kernel to one CPU, and the L2 read then
+    is one core's (the L2 a job evicts and records would change mid-job)."""
+    from ..backend.cpu_threads import USABLE_CPUS
+
+    return l2_bytes(len(USABLE_CPUS) if USABLE_CPUS else None)
+
+
 _STREAMERS: dict = {}
 _EVICTION_BUFFERS: dict = {}
 
@@ -66,7 +77,7 @@ def register_in_model_preproc(reread_args=()) -> str:
     """
     import tvm
 
-    n = 2 * l2_bytes() // 4
+    n = 2 * usable_l2_bytes() // 4
     if n not in _EVICTION_BUFFERS:  # one buffer for every kernel timed
         _EVICTION_BUFFERS[n] = tvm.runtime.tensor(np.ones(n, "float32"))
     evict, buffer = _streamer(n), _EVICTION_BUFFERS[n]

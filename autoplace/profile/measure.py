@@ -136,7 +136,7 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
         cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc)
         samples = np.asarray(cold(*args).results) * 1e6
         result.update(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
-                      in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.l2_bytes())
+                      in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.usable_l2_bytes())
     return result
 
 
@@ -180,9 +180,13 @@ def _worker_forget() -> int:
 
 def _worker_init(cpus=None):
     os.environ.setdefault("TVM_LOG_DEBUG", "0")
-    from ..backend.cpu_threads import restore_usable_cpus
+    from ..backend import cpu_threads
 
-    restore_usable_cpus(cpus)  # the CPUs the parent had at import, not the one TVM may have pinned its thread to
+    # The CPUs the parent had at import, not the one TVM may have pinned its thread to (which this process
+    # inherited, and read as its own when it imported autoplace): they are this worker's too (the L2 it evicts).
+    if cpus:
+        cpu_threads.USABLE_CPUS = frozenset(cpus)
+    cpu_threads.restore_usable_cpus()
 
 
 def _worker_ready() -> dict:

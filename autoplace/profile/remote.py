@@ -216,14 +216,24 @@ def _twice(x):
     return lambda i: x[i] + x[i]
 
 
-def export_stream_kernel(target, path: str) -> None:
+#: The C++ source of the in-model preprocessing a stock RPC server gets (linked into the streaming kernels by
+#: ``export_stream_kernel(..., preproc=True)``; registers ``autoplace.profile.in_model_configure`` and
+#: :data:`~autoplace.profile.remote_runner.PREPROC_NAME` when the library is loaded).
+PREPROC_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "in_model_preproc.cc")
+
+
+def export_stream_kernel(target, path: str, *, preproc: bool = False) -> None:
     """The runner's streaming kernels for in-model timing (``remote_runner.register_stream_preproc``): ``main(x,
     y)``, ``y = x + x`` over float32 vectors of any length, 16 lanes at a time, the chunks in parallel (each core
     streams through its share), and ``serial(x, y)``, the same on one thread, compiled for ``target`` (an ``llvm``
     one). The runner streams vectors of at least :data:`STREAM_PARALLEL_MIN_ELEMS` in parallel and shorter ones on
     one thread, as the profiler's own streamer here (autoplace's schedule of an ``add``) does: a short input read
     back by both cores was left half in the other core's L2, and the bundle's in-model times of kernels under
-    0.1 us read 1.1-1.75x the profiler's (Zen 3, session 20)."""
+    0.1 us read 1.1-1.75x the profiler's (Zen 3, session 20).
+
+    ``preproc``: also link :data:`PREPROC_SOURCE` into the library (compiled by TVM's ``cc``, g++ unless ``CXX``
+    says otherwise), for a server that runs no autoplace code (:mod:`autoplace.profile.rpc`): loading it registers
+    the in-model preprocessing, which streams with these two kernels as the runner does."""
     from tvm import te
 
     from ..backend.cpu_schedules import cpu_target
@@ -240,7 +250,21 @@ def export_stream_kernel(target, path: str) -> None:
             sch.parallel(outer)
         sch.vectorize(inner)
         funcs[name] = sch.mod["main"].with_attr("global_symbol", name)
-    tvm.tirx.build(tvm.IRModule(funcs), target=cpu_target(target)).export_library(path)
+    lib = tvm.tirx.build(tvm.IRModule(funcs), target=cpu_target(target))
+    if not preproc:
+        lib.export_library(path)
+        return
+    from tvm.support import cc
+    from tvm_ffi import libinfo
+
+    includes = [tvm.libinfo.find_include_path(), libinfo.find_include_path(), libinfo.find_dlpack_include_path()]
+    includes = [p for paths in includes for p in ([paths] if isinstance(paths, str) else paths)]
+
+    def with_preproc(output, objects, options=None, **kwargs):
+        flags = [*(options or []), "-std=c++17", "-O2", *(f"-I{p}" for p in includes)]
+        return cc.create_shared(output, [*objects, PREPROC_SOURCE], options=flags, **kwargs)
+
+    lib.export_library(path, fcompile=with_preproc)
 
 
 # ---------------------------------------------------------------------------------------------- bundles

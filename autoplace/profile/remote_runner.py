@@ -242,10 +242,16 @@ def time_in_model(tvm, lib, dev, call_args, record, stream, buffers, repeat):
     ``l2_bytes``)."""
     reread = activation_inputs(len(call_args), record["num_outputs"], record.get("weight_args") or [])
     name = register_stream_preproc(tvm, stream, reread, buffers)
-    cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=name)
+    return in_model_fields(lib, dev, call_args, name, repeat, l2_bytes())
+
+
+def in_model_fields(lib, dev, call_args, preproc_name, repeat, l2_total_bytes):
+    """Time ``main`` of ``lib`` once per sample after the registered preprocessing ``preproc_name`` (here, or in
+    an RPC server's process when ``lib`` is a module of its session); the in-model fields of a record."""
+    cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc_name)
     samples = np.asarray(cold(*call_args).results) * 1e6
     return dict(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
-                in_model_timing=IN_MODEL_TIMING, l2_bytes=l2_bytes())
+                in_model_timing=IN_MODEL_TIMING, l2_bytes=int(l2_total_bytes))
 
 
 def device(tvm, kind, index=0):
@@ -365,7 +371,8 @@ def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None, i
         A placed model's inputs and weights (the bundle's ``.npz``).
     in_model : callable, optional
         ``in_model(lib, dev, call_args, record) -> fields``: also time a CPU kernel in-model
-        (:func:`time_in_model`; the runner, where its bundle has a streaming kernel).
+        (:func:`time_in_model`: the runner, where its bundle has a streaming kernel; over RPC, the preprocessing
+        library of :mod:`autoplace.profile.rpc`).
 
     Raises whatever TVM raises: the caller decides what a failure is (a record here, a lost connection
     or a kernel's failure over RPC).

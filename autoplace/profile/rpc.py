@@ -32,6 +32,12 @@ give itself (:func:`~autoplace.profile.remote_runner.hardware_id`); GPUs are rea
 (``device_name``, ``total_global_memory``, ``compute_version``) of ``cuda(0)``, ``cuda(1)``, ... Records are
 stamped with that id and with this machine's TVM version (the TVM that compiled the kernels; TVM's RPC
 handshake refuses a server whose RPC protocol differs).
+
+CPU kernels are timed in-model too, as a local job times them (:mod:`autoplace.profile.cache_state`): the job
+builds a small library for the servers' CPU (:func:`build_in_model_library`: the bundle's streaming kernels with
+``in_model_preproc.cc`` linked in), each session uploads and loads it, and loading it registers the preprocessing
+that ``time_evaluator(f_preproc=...)`` runs there before every sample (every core's L2 evicted, the kernel's
+activation inputs read back in); ``autoplace.profile.in_model_configure`` tells it which arguments to read back.
 """
 
 from __future__ import annotations
@@ -51,7 +57,20 @@ from dataclasses import dataclass
 from ..errors import ProfilingError, RPCError
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES
-from .remote_runner import cores_from, cpu_arch_from, cpu_model_from, error_text, hardware_id, run_item
+from .remote_runner import (
+    PREPROC_NAME,
+    activation_inputs,
+    cores_from,
+    cpu_arch_from,
+    cpu_model_from,
+    error_text,
+    hardware_id,
+    in_model_fields,
+    run_item,
+)
+
+#: Registered with :data:`PREPROC_NAME` when a server loads the in-model library (``in_model_preproc.cc``).
+CONFIGURE_NAME = "autoplace.profile.in_model_configure"
 
 #: The port of ``python -m tvm.exec.rpc_tracker`` when none is given.
 DEFAULT_TRACKER_PORT = 9190
@@ -326,6 +345,30 @@ def build_hardware_helper(target, folder: str) -> str:
     return path
 
 
+def build_in_model_library(cpu_target, hardware: dict, folder: str, *, log=print) -> str | None:
+    """The servers' in-model preprocessing (:func:`~autoplace.profile.remote.export_stream_kernel` with
+    ``preproc=True``: the bundle's streaming kernels for ``cpu_target`` and ``in_model_preproc.cc``), built here;
+    None, said in the log, when this machine's C++ compiler makes code for another architecture than the servers'
+    (set ``CXX`` to a cross compiler for theirs) or the build fails: the CPU kernels are then timed warm only."""
+    import platform
+
+    from .remote import export_stream_kernel
+
+    machine = hardware.get("machine")
+    if machine != platform.machine() and not os.environ.get("CXX"):
+        log(f"CPU kernels are timed warm only: the servers are {machine}, this machine compiles C++ for "
+            f"{platform.machine()}; set CXX to a cross compiler for {machine} (and name its mtriple in the llvm "
+            "target) to time them in-model as well")
+        return None
+    path = os.path.join(folder, "autoplace_in_model.so")
+    try:
+        export_stream_kernel(cpu_target, path, preproc=True)
+    except Exception as err:
+        log(f"CPU kernels are timed warm only: the in-model preprocessing did not build here ({error_text(err)})")
+        return None
+    return path
+
+
 def remote_hardware(session, helper_path: str, tvm_version: str) -> dict:
     """The hardware metadata of the machine behind ``session`` (see the module docstring)."""
     import tvm
@@ -397,6 +440,9 @@ class Farm:
         self._devices: dict = {}  # (kind, index) -> the servers have that device
         self._helper_dir = tempfile.TemporaryDirectory(prefix="autoplace-rpc-")
         self._helper = None
+        #: The in-model preprocessing library for the servers' CPU (:func:`build_in_model_library`); None when
+        #: the job has no CPU target or it cannot be built here for the servers.
+        self.in_model_library: str | None = None
 
     def close(self):
         self._helper_dir.cleanup()
@@ -424,6 +470,8 @@ class Farm:
             for kind in ("llvm", "cuda"):
                 for index in range(4):
                     self._devices[(kind, index)] = bool(session.device(_dev_type(kind), index).exist)
+            if cpu_target is not None:
+                self.in_model_library = build_in_model_library(cpu_target, self.hardware, self.workdir, log=self.log)
         except RPCError:
             raise
         except Exception as err:
@@ -455,7 +503,8 @@ class Farm:
             )
 
     def time(self, work: Work, session, tvm_module, runtime_vm) -> dict:
-        """Time one item in an open session (upload, load, ``run_item``)."""
+        """Time one item in an open session (upload, load, ``run_item``); a CPU kernel also in-model where the farm
+        has its preprocessing library (uploaded and loaded in the session first, as the kernel is)."""
         path = work.build.result()
 
         def load(file):
@@ -463,8 +512,30 @@ class Farm:
             session.upload(path, target=name)
             return session.load_module(name)
 
-        return run_item(tvm_module, runtime_vm, work.item, load=load, timing=self.timing, arrays=work.arrays,
-                        make_device=lambda kind, index: session.device(_dev_type(kind), index))
+        in_model = preproc = None
+        if self.in_model_library is not None and work.item["record"]["kind"] == "unit" \
+                and work.item.get("kind") == "llvm":
+            # Loaded before the kernel: it reads the L2 of the CPUs the server's process may use, which a thread
+            # TVM's pool pinned for a parallel kernel would read as one core's. Held while timing: unloading it
+            # would drop the functions it registered.
+            name = os.path.basename(self.in_model_library)
+            session.upload(self.in_model_library, target=name)
+            preproc = session.load_module(name)
+
+            def in_model(lib, dev, call_args, record):
+                from .remote import STREAM_PARALLEL_MIN_ELEMS
+
+                reread = activation_inputs(len(call_args), record["num_outputs"], record.get("weight_args") or [])
+                l2 = session.get_function(CONFIGURE_NAME)(sum(1 << i for i in reread if i < 64),
+                                                          STREAM_PARALLEL_MIN_ELEMS)
+                return in_model_fields(lib, dev, call_args, PREPROC_NAME, self.timing["repeat"], l2)
+
+        try:
+            return run_item(tvm_module, runtime_vm, work.item, load=load, timing=self.timing, arrays=work.arrays,
+                            make_device=lambda kind, index: session.device(_dev_type(kind), index),
+                            in_model=in_model)
+        finally:
+            del preproc
 
     def run(self, works: list, on_result, *, progress=None) -> None:
         """Time every item on the key's servers; ``on_result(work, result)`` is called (under a lock) for each
