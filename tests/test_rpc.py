@@ -411,3 +411,32 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     assert len(launch) == 2 and all({"per_arg_us", "alloc_us_per_byte", "single_call_us"} <= set(r) for r in launch)
     plan = [r for r in rows if r["kind"] == "plan"]
     assert len(plan) == 1 and plan[0]["median_us"] > 0 and plan[0]["copies"] > 0
+
+
+def test_servers_of_another_architecture_get_warm_timing_and_the_log_says_why(tmp_path, monkeypatch):
+    """The in-model library is C++ compiled here: for servers of another architecture (and no cross compiler in
+    CXX) the job times their CPU kernels warm only and says so, naming the fix; for this one it builds a library
+    that registers the preprocessing when loaded."""
+    import platform
+
+    from autoplace.profile.rpc import CONFIGURE_NAME, PREPROC_NAME, build_in_model_library
+
+    monkeypatch.delenv("CXX", raising=False)
+    other = "riscv64" if platform.machine() != "riscv64" else "x86_64"
+    said = []
+    assert build_in_model_library(tvm.target.Target("llvm"), {"machine": other}, str(tmp_path), log=said.append) is None
+    assert len(said) == 1 and other in said[0] and "CXX" in said[0] and "warm only" in said[0]
+    path = build_in_model_library(tvm.target.Target("llvm"), {"machine": platform.machine()}, str(tmp_path),
+                                  log=said.append)
+    assert path is not None and len(said) == 1
+    # Loaded in a process of its own (as a server's session would): the two functions exist there, and the
+    # configuration answers with the L2 the library will evict.
+    probe = textwrap.dedent(f"""
+        import tvm
+        lib = tvm.runtime.load_module({path!r})
+        print(int(tvm.get_global_func({CONFIGURE_NAME!r})(1, 32768)), tvm.get_global_func({PREPROC_NAME!r}) is not None)
+    """)
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    l2, found = run.stdout.split()
+    assert int(l2) > 0 and found == "True"
