@@ -172,6 +172,22 @@ def _never_profiled_model():
     return autoplace.load_model(bb.get(), name="never-profiled")
 
 
+def _never_profiled_model_of_two_kernels():
+    """:func:`_never_profiled_model` with a second reduction after it (a kernel of its own): a model of one kernel
+    runs it as its warm timing does, however large (``cache_state.model_runs_in_model``)."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((37, 53), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.log(relax.op.add(relax.op.exp(x), relax.const(1.0, "float32"))))
+            rows = bb.emit(relax.op.sum(y, axis=[1]))
+            out = bb.emit_output(relax.op.max(rows))
+        bb.emit_func_output(out)
+    return autoplace.load_model(bb.get(), name="never-profiled-2")
+
+
 def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     from autoplace.profile import measured_here_dir
 
@@ -215,13 +231,13 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
 
 def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_the_l2(tmp_path, monkeypatch):
     """A kernel measured here before in-model timing existed still prices a model that fits the L2; for a model
-    larger than the L2 (here: a 64-byte L2; the model writes 148 bytes) ``measure="auto"`` times it again, warm and in-model, and prices it
-    in-model."""
+    larger than the L2 (here: a 64-byte L2; the model writes 152 bytes) ``measure="auto"`` times it again, warm and
+    in-model, and prices it in-model."""
     import autoplace.profile.job
     from autoplace.profile import ProfileStore, cache_state, extract_units
     from autoplace.profile.hardware import measured_by
 
-    model = _never_profiled_model()
+    model = _never_profiled_model_of_two_kernels()
     cache = tmp_path / "cache"
     monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
     # in-model pricing is what the model's in-context times (measured by default) would replace
@@ -232,7 +248,7 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
                          bytes_out=unit.nbytes_out, weight_bytes=unit.weight_bytes, ops=unit.ops))
     fits = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
     assert fits.predicted_us > 1e4 and not any("in_model_median_us" in r for r in _records(mine))
-    assert fits.summary().loc["cpu", "cache"] == "warm"  # 148 bytes: it stays in any L2
+    assert fits.summary().loc["cpu", "cache"] == "warm"  # 152 bytes: it stays in any L2
     monkeypatch.setattr(cache_state, "l2_bytes", lambda cores=None: 64)
     large = autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
     timed = [r for r in _records(mine) if "in_model_median_us" in r]

@@ -437,7 +437,7 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
     import numpy as np
 
     from autoplace.profile import profile_models
-    from autoplace.profile.cache_state import IN_MODEL_TIMING, l2_bytes
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, usable_l2_bytes
     from autoplace.profile.job import fastest_rounds
 
     store = ProfileStore(str(tmp_path / "p"))
@@ -453,7 +453,8 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
     newest = [r for (kind, _, _), r in store.newest_good().items() if kind == "unit"]
     assert len(newest) == len(keys)
     for record in newest:
-        assert record["in_model_timing"] == IN_MODEL_TIMING and record["l2_bytes"] == l2_bytes()
+        # the L2 of the CPUs this process had at import, whatever CPU TVM's pool pinned its thread to since
+        assert record["in_model_timing"] == IN_MODEL_TIMING and record["l2_bytes"] == usable_l2_bytes()
         assert len(record["round_in_model_medians_us"]) == 2
         assert record["in_model_median_us"] == pytest.approx(
             float(np.median(fastest_rounds(record["round_in_model_medians_us"]))))
