@@ -472,6 +472,8 @@ class Farm:
                     self._devices[(kind, index)] = bool(session.device(_dev_type(kind), index).exist)
             if cpu_target is not None:
                 self.in_model_library = build_in_model_library(cpu_target, self.hardware, self.workdir, log=self.log)
+                if self.in_model_library is not None and not self._in_model_library_loads(session):
+                    self.in_model_library = None
         except RPCError:
             raise
         except Exception as err:
@@ -481,6 +483,21 @@ class Farm:
         finally:
             del session
         return self.hardware
+
+    def _in_model_library_loads(self, session) -> bool:
+        """Whether a server loads the in-model library and its functions answer (else the job times CPU kernels
+        warm only, and says why: a kernel must not fail for its preprocessing)."""
+        name = os.path.basename(self.in_model_library)
+        try:
+            session.upload(self.in_model_library, target=name)
+            library = session.load_module(name)
+            l2 = int(session.get_function(CONFIGURE_NAME)(0, 1 << 15))
+            del library
+        except Exception as err:
+            self.log(f"CPU kernels are timed warm only: the RPC server could not load the in-model preprocessing "
+                     f"({error_text(err)})")
+            return False
+        return l2 > 0
 
     def has_device(self, kind: str, index: int) -> bool:
         return self._devices.get((kind, index), False)
