@@ -158,8 +158,10 @@ def test_demo_plans_for_a_gpu_from_a_gpu_profile(tmp_path):
     assert (tmp_path / "out" / "gpu_plan" / "seed003.placed.py").exists()
 
 
-def _never_profiled_model():
-    """A kernel no profile has: softplus-like exp/log chain on an odd shape."""
+def _never_profiled_model(kernels: int = 1):
+    """A kernel no profile has: softplus-like exp/log chain on an odd shape, summed over rows; with ``kernels=2``
+    a max over the sums after it (a kernel of its own: a model of one kernel runs it as its warm timing does,
+    however large, ``cache_state.model_runs_in_model``)."""
     from tvm import relax
 
     bb = relax.BlockBuilder()
@@ -167,25 +169,10 @@ def _never_profiled_model():
     with bb.function("main", [x]):
         with bb.dataflow():
             y = bb.emit(relax.op.log(relax.op.add(relax.op.exp(x), relax.const(1.0, "float32"))))
-            out = bb.emit_output(relax.op.sum(y, axis=[1]))
+            rows = relax.op.sum(y, axis=[1])
+            out = bb.emit_output(rows if kernels == 1 else relax.op.max(bb.emit(rows)))
         bb.emit_func_output(out)
-    return autoplace.load_model(bb.get(), name="never-profiled")
-
-
-def _never_profiled_model_of_two_kernels():
-    """:func:`_never_profiled_model` with a second reduction after it (a kernel of its own): a model of one kernel
-    runs it as its warm timing does, however large (``cache_state.model_runs_in_model``)."""
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((37, 53), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.log(relax.op.add(relax.op.exp(x), relax.const(1.0, "float32"))))
-            rows = bb.emit(relax.op.sum(y, axis=[1]))
-            out = bb.emit_output(relax.op.max(rows))
-        bb.emit_func_output(out)
-    return autoplace.load_model(bb.get(), name="never-profiled-2")
+    return autoplace.load_model(bb.get(), name="never-profiled" if kernels == 1 else f"never-profiled-{kernels}")
 
 
 def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
@@ -237,7 +224,7 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
     from autoplace.profile import ProfileStore, cache_state, extract_units
     from autoplace.profile.hardware import measured_by
 
-    model = _never_profiled_model_of_two_kernels()
+    model = _never_profiled_model(kernels=2)
     cache = tmp_path / "cache"
     monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
     # in-model pricing is what the model's in-context times (measured by default) would replace
