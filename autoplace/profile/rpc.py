@@ -457,8 +457,10 @@ class Farm:
     def workdir(self) -> str:
         return self._helper_dir.name
 
-    def open(self, cpu_target=None) -> dict:
-        """Wait for the key's servers, read the hardware of one; returns its metadata (the profile's)."""
+    def open(self, cpu_target=None, *, in_model: bool = False) -> dict:
+        """Wait for the key's servers, read the hardware of one; returns its metadata (the profile's). ``in_model``:
+        also build the in-model library for ``cpu_target`` and check that the server loads it
+        (:attr:`in_model_library`)."""
         self.servers = wait_for_servers(self.config, log=self.log)
         self._helper = build_hardware_helper(cpu_target, self.workdir)
         host, port, matchkey = request_server(self.config)
@@ -470,7 +472,7 @@ class Farm:
             for kind in ("llvm", "cuda"):
                 for index in range(4):
                     self._devices[(kind, index)] = bool(session.device(_dev_type(kind), index).exist)
-            if cpu_target is not None:
+            if in_model and cpu_target is not None:
                 self.in_model_library = build_in_model_library(cpu_target, self.hardware, self.workdir, log=self.log)
                 if self.in_model_library is not None and not self._in_model_library_loads(session):
                     self.in_model_library = None
@@ -740,7 +742,7 @@ def profile_over_rpc(models, targets, rpc, *, store=None, profiles_root: str = "
         kinds.setdefault(targets[name].kind, name)
     cpu = next((targets[n].target for n in targets if targets[n].kind == "llvm"), None)
     with Farm(config, timing, log=log) as farm:
-        meta = farm.open(cpu)
+        meta = farm.open(cpu, in_model=True)
         log(f"RPC {config.tracker} key {config.key!r}: {len(farm.servers)} server(s), hardware {meta['hardware_id']}")
         _warn_if_other_cpu(meta, targets, log)
         store = _remote_store(store, profiles_root, meta)
