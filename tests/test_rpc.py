@@ -440,3 +440,23 @@ def test_servers_of_another_architecture_get_warm_timing_and_the_log_says_why(tm
     assert run.returncode == 0, run.stderr[-2000:]
     l2, found = run.stdout.split()
     assert int(l2) > 0 and found == "True"
+
+
+def test_a_server_that_cannot_load_the_in_model_library_gets_warm_timing_not_failed_kernels(tmp_path, farm,
+                                                                                             monkeypatch):
+    """The first session checks that a server loads the in-model library; where it does not, the job times CPU
+    kernels warm only and says why, and no kernel is recorded as failed for its preprocessing."""
+    from autoplace.profile import KernelTimer, rpc
+
+    junk = tmp_path / "autoplace_in_model.so"
+    junk.write_bytes(b"not a shared library")
+    monkeypatch.setattr(rpc, "build_in_model_library", lambda *args, **kwargs: str(junk))
+    said = []
+    store = ProfileStore(str(tmp_path / "p"))
+    summary = profile_over_rpc([zoo.get("seed003")], {"cpu": "llvm"}, farm.config, store=store, copies=False,
+                               end_to_end=False, timer=KernelTimer(repeat=2, min_repeat_ms=1), progress=False,
+                               log=said.append)
+    assert summary["measured"] >= 1 and summary["failed"] == 0
+    assert any("timed warm only" in line and "could not load" in line for line in said), said
+    units = [r for (kind, _, _), r in store.newest_good().items() if kind == "unit"]
+    assert units and all(r["status"] == "ok" and "in_model_median_us" not in r for r in units)
