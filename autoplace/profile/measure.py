@@ -130,13 +130,11 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
     result = _summary(np.asarray(timer(*args).results) * 1e6)
     if weight_args is not None and kind == "llvm":
         from . import cache_state
+        from .remote_runner import in_model_fields
 
         preproc = cache_state.register_in_model_preproc(
             cache_state.activation_inputs(len(args), num_outputs, weight_args))
-        cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc)
-        samples = np.asarray(cold(*args).results) * 1e6
-        result.update(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
-                      in_model_timing=cache_state.IN_MODEL_TIMING, l2_bytes=cache_state.usable_l2_bytes())
+        result.update(in_model_fields(lib, dev, args, preproc, repeat, cache_state.usable_l2_bytes()))
     return result
 
 

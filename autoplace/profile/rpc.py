@@ -489,10 +489,8 @@ class Farm:
     def _in_model_library_loads(self, session) -> bool:
         """Whether a server loads the in-model library and its functions answer (else the job times CPU kernels
         warm only, and says why: a kernel must not fail for its preprocessing)."""
-        name = os.path.basename(self.in_model_library)
         try:
-            session.upload(self.in_model_library, target=name)
-            library = session.load_module(name)
+            library = self._load_in_model_library(session)
             l2 = int(session.get_function(CONFIGURE_NAME)(0, 1 << 15))
             del library
         except Exception as err:
@@ -500,6 +498,12 @@ class Farm:
                      f"({error_text(err)})")
             return False
         return l2 > 0
+
+    def _load_in_model_library(self, session):
+        """Upload and load :attr:`in_model_library` in a session (registering its functions there); the module."""
+        name = os.path.basename(self.in_model_library)
+        session.upload(self.in_model_library, target=name)
+        return session.load_module(name)
 
     def has_device(self, kind: str, index: int) -> bool:
         return self._devices.get((kind, index), False)
@@ -537,9 +541,7 @@ class Farm:
             # Loaded before the kernel: it reads the L2 of the CPUs the server's process may use, which a thread
             # TVM's pool pinned for a parallel kernel would read as one core's. Held while timing: unloading it
             # would drop the functions it registered.
-            name = os.path.basename(self.in_model_library)
-            session.upload(self.in_model_library, target=name)
-            preproc = session.load_module(name)
+            preproc = self._load_in_model_library(session)
 
             def in_model(lib, dev, call_args, record):
                 from .remote import STREAM_PARALLEL_MIN_ELEMS
