@@ -529,6 +529,36 @@ def test_train_also_fits_the_in_model_times_and_tables_price_large_models_with_t
     assert 1.2 < float(np.median(cold["latency_us"].to_numpy() / warm)) < 1.9
 
 
+def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_larger_than_the_l2():
+    """Where a model larger than the L2 was timed whole with its kernels in context, those times (the median over a
+    kernel's launches) replace its kernels' in-model times in what the model of in-model times trains on; the kernels
+    of a model that stays in the L2 keep their in-model times (their in-context times describe a warm cache)."""
+    from autoplace.cost_model.train import in_context_times, in_model_records
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+
+    def unit(key, weight_bytes):
+        return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
+                    in_model_median_us=12.0, in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20,
+                    weight_bytes=weight_bytes, bytes_out=1024)
+
+    def run(model, keys, kernel_us):
+        return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
+                    unit_keys=keys, in_context_kernel_us=kernel_us)
+
+    records = pd.DataFrame([
+        unit("big-a", 4 << 20), unit("big-b", 0), unit("big-c", 0), unit("small-a", 1024), unit("small-b", 0),
+        unit("alone", 0),
+        run("large", ["big-a", "big-b", "big-c", "big-a"], [20.0, 15.0, 9.0, 22.0]),  # 4 MB of weights: past the 1 MB L2
+        run("small", ["small-a", "small-b"], [30.0, 30.0]),             # stays in the L2
+    ])
+    assert in_context_times(records) == {("llvm", "big-a"): 21.0, ("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}
+    timed = in_model_records(records)
+    price = dict(zip(timed.loc[timed["kind"] == "unit", "key"], timed.loc[timed["kind"] == "unit", "median_us"]))
+    assert price == {"big-a": 21.0, "big-b": 15.0, "big-c": 9.0, "small-a": 12.0, "small-b": 12.0, "alone": 12.0}
+    # A kernel the records have no unit record of (a training fold left its family out) is not priced so.
+    assert in_context_times(records[records["key"] != "big-b"]) == {("llvm", "big-a"): 21.0, ("llvm", "big-c"): 9.0}
+
+
 def test_train_fits_no_model_of_in_model_times_when_few_kernels_were_timed_so(tmp_path, capsys):
     """A profile most of whose kernels were measured before in-model timing existed: a model fitted on the few
     in-model times would price kernels it never saw timed so (Zen 3, session 20: bert-base's matmuls 1.9x their
