@@ -548,8 +548,8 @@ def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_large
     records = pd.DataFrame([
         unit("big-a", 4 << 20), unit("big-b", 0), unit("big-c", 0), unit("small-a", 1024), unit("small-b", 0),
         unit("alone", 0),
-        run("large", ["big-a", "big-b", "big-c", "big-a"], [20.0, 15.0, 9.0, 22.0]),  # 4 MB of weights: past the 1 MB L2
-        run("small", ["small-a", "small-b"], [30.0, 30.0]),             # stays in the L2
+        run("large", ["big-a", "big-b", "big-c", "big-a"], [20.0, 15.0, 9.0, 22.0]),  # 4 MB: past the 1 MB L2
+        run("small", ["small-a", "small-b"], [30.0, 30.0]),  # stays in the L2
     ])
     assert in_context_times(records) == {("llvm", "big-a"): 21.0, ("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}
     timed = in_model_records(records)

@@ -41,8 +41,8 @@ def in_model_records(records):
 
     A kernel that the profile also timed in context, inside a model that runs in-model (:func:`in_context_times`),
     is priced at that time instead: it is the time the in-model timing stands in for, measured. On the AMD Zen 3 the
-    two parted by a host-dependent 10-30% (session 23: base models' kernels summed 7-13% above their end-to-end
-    time in-model on one host, 12-29% below it on another, in context within 1.5% of it on both)."""
+    two part by a host-dependent 10-20%: three of four base models' kernels summed 4-10% above their end-to-end time
+    in-model in session 20's records, 10-22% below it in session 23's; in context 1-7% below it, then within 1%."""
     import pandas as pd
 
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
@@ -65,8 +65,9 @@ def in_model_records(records):
 def in_context_times(records) -> dict:
     """``{(target kind, kernel key): us}``: the median time of each kernel timed in context
     (:mod:`autoplace.profile.in_context`, ``in_context_kernel_us`` of an end-to-end record: the newest of each
-    model that has them) in the models that run in-model (:func:`~autoplace.profile.cache_state.model_runs_in_model`: more bytes
-    per call than the L2 of the cores that timed the kernels, more than one kernel). Kernels of models that stay in
+    model that has them) in the models that run in-model
+    (:func:`~autoplace.profile.cache_state.model_runs_in_model`: more bytes per call than the L2 of the cores that
+    timed the kernels, more than one kernel). Kernels of models that stay in
     the L2 are left out: their in-context times describe a warm cache, not the in-model one."""
     import pandas as pd
 
