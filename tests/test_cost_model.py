@@ -535,6 +535,7 @@ def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_large
     of a model that stays in the L2 keep their in-model times (their in-context times describe a warm cache)."""
     from autoplace.cost_model.train import in_context_times, in_model_records
     from autoplace.profile.cache_state import IN_MODEL_TIMING
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
 
     def unit(key, weight_bytes):
         return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
@@ -543,7 +544,7 @@ def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_large
 
     def run(model, keys, kernel_us):
         return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
-                    unit_keys=keys, in_context_kernel_us=kernel_us)
+                    unit_keys=keys, in_context_kernel_us=kernel_us, in_context_timing=IN_CONTEXT_TIMING)
 
     records = pd.DataFrame([
         unit("big-a", 4 << 20), unit("big-b", 0), unit("big-c", 0), unit("small-a", 1024), unit("small-b", 0),

@@ -64,41 +64,36 @@ def in_model_records(records):
 
 def in_context_times(records) -> dict:
     """``{(target kind, kernel key): us}``: the median time of each kernel timed in context
-    (:mod:`autoplace.profile.in_context`, ``in_context_kernel_us`` of an end-to-end record: the newest of each
-    model that has them) in the models that run in-model
+    (:mod:`autoplace.profile.in_context`, ``in_context_kernel_us`` of an end-to-end record timed the current way,
+    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`, as :class:`~autoplace.cost_model.table.CostTable` reads
+    them; the newest of each model) in the models that run in-model
     (:func:`~autoplace.profile.cache_state.model_runs_in_model`: more bytes per call than the L2 of the cores that
-    timed the kernels, more than one kernel). Kernels of models that stay in
-    the L2 are left out: their in-context times describe a warm cache, not the in-model one."""
+    timed the kernels, more than one kernel). Kernels of models that stay in the L2 are left out: their in-context
+    times describe a warm cache, not the in-model one. Only kernels with a unit record count (a training fold lacks
+    those of the family it keeps out)."""
     import pandas as pd
 
     from ..profile.cache_state import model_runs_in_model
+    from ..profile.in_context import IN_CONTEXT_TIMING
+    from .table import in_model_times
 
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
-    if "in_context_kernel_us" not in df or "unit_keys" not in df or "kind" not in df:
+    if not {"kind", "unit_keys", "in_context_kernel_us", "in_context_timing"} <= set(df.columns):
         return {}
-    runs = df[(df["kind"] == "model") & df["in_context_kernel_us"].map(lambda v: isinstance(v, (list, np.ndarray)))]
-    if runs.empty:
-        return {}
+    runs = df[(df["kind"] == "model") & (df["in_context_timing"] == IN_CONTEXT_TIMING)]
+    runs = runs.drop_duplicates(subset=["target", "key"], keep="last")
     units = df[df["kind"] == "unit"].drop_duplicates(subset=["key", "target"], keep="last")
-    l2 = pd.to_numeric(units.get("l2_bytes"), errors="coerce") if "l2_bytes" in units else None
     times: dict = {}
-    for (kind, _model), run in runs.groupby(["target", "key"], sort=False):
-        run = run.iloc[-1]
-        keys, kernel_us = [str(k) for k in run["unit_keys"]], list(run["in_context_kernel_us"])
-        mine = units[units["target"] == kind]
-        l2_bytes = l2[mine.index].max() if l2 is not None and len(mine) else np.nan
+    for _, run in runs.iterrows():
+        mine = units[units["target"] == run["target"]]
+        _, l2_bytes = in_model_times(mine)
         rows = mine.set_index(mine["key"].astype(str))
-        known = [k for k in keys if k in rows.index]  # a training fold may lack some (kept out with a family)
-        if len(keys) != len(kernel_us) or not known or not np.isfinite(l2_bytes):
+        launches = [(str(k), float(us)) for k, us in zip(run["unit_keys"], run["in_context_kernel_us"])
+                    if str(k) in rows.index]
+        if not launches or not model_runs_in_model([rows.loc[k] for k, _ in launches], l2_bytes):
             continue
-        if not model_runs_in_model([rows.loc[k] for k in known], int(l2_bytes)):
-            continue
-        per_key: dict = {}
-        for key, us in zip(keys, kernel_us):
-            if key in rows.index:
-                per_key.setdefault(key, []).append(float(us))
-        for key, values in per_key.items():
-            times[(str(kind), key)] = float(np.median(values))
+        for key in dict.fromkeys(k for k, _ in launches):
+            times[(str(run["target"]), key)] = float(np.median([us for k, us in launches if k == key]))
     return times
 
 
