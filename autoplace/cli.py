@@ -41,6 +41,8 @@ EXAMPLES = {
   autoplace profile --zoo mlp cnn bert seed003 inception          # small zoo models on this CPU
   autoplace profile --zoo cnn-base --targets '{"cpu": "llvm"}'    # one base-size model
   autoplace profile --zoo grid --no-copies                         # stride grid (matmul, conv2d) for the cost model
+  autoplace profile --zoo ops --no-copies --no-end-to-end          # op families (single ops) for the cost model
+  autoplace profile --zoo ops:cnn_pow2,conv_stem --no-copies --no-end-to-end   # only these op families
   autoplace profile model.onnx module.py --out profiles            # ONNX / TVMScript files
   # a GPU box without TVM's compiler: build here, run there, merge back
   autoplace profile --zoo cnn bert --targets '{"cpu": "llvm", "gpu": "cuda"}' --bundle gpu_bundle
@@ -242,10 +244,15 @@ def _model_specs(args) -> list[tuple[str, object]]:
         if spec == "grid" and args.command == "profile":  # fixed stride grid of single kernels (cost-model data)
             specs.append(("grid", lambda: [(m.name, m) for m in zoo.regime_grid()]))
             continue
-        if spec == "ops" and args.command == "profile":  # single-op models of the op families (cost-model data)
-            from .op_families import op_family_models
+        if spec.split(":")[0] == "ops" and args.command == "profile":  # single-op models (cost-model data)
+            from .op_families import FAMILIES, op_family_models
 
-            specs.append(("ops", lambda: [(m.name, m) for m in op_family_models()]))
+            families = [f for f in spec.split(":", 1)[1].split(",") if f] if ":" in spec else None
+            unknown = sorted(set(families or ()) - set(FAMILIES))
+            if unknown or families == []:
+                raise ModelError(f"--zoo {spec}: unknown op families {unknown}; name some of {sorted(FAMILIES)} "
+                                 "(e.g. --zoo ops:cnn_pow2,conv_stem), or --zoo ops for all")
+            specs.append((spec, lambda families=families: [(m.name, m) for m in op_family_models(families=families)]))
             continue
         if spec == "grid":
             raise ModelError("--zoo grid is the profiler's stride grid (149 single-kernel models), not a model to "
@@ -527,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EXAMPLES["profile"], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="*", help="model files: .onnx, or .py with a TVMScript IRModule")
     p.add_argument("--zoo", nargs="+", action="extend",
-                   help="zoo models: mlp cnn bert seed003 inception (add -base for base size), grid")
+                   help="zoo models: mlp cnn bert seed003 inception (add -base for base size), grid, ops "
+                        "(the op families), ops:FAMILY,FAMILY (only those)")
     p.add_argument("--targets", help=targets_help)
     p.add_argument("--out", help="profiles root (default: profiles)")
     p.add_argument("--dir", help="exact profile folder (default: <out>/<hardware id>)")

@@ -83,6 +83,13 @@ FAMILIES = {
     # a CNN's stages as torchvision's ResNets, VGG, Inception run them: 3x3 and 1x1 convolutions and max pools
     # on 112/56/28/14/7 feature maps with 32-256 channels
     "cnn_stage": "conv",
+    # the same on power-of-two maps (64/32/16/8/4, 128 for the narrowest) with power-of-two channels, as CIFAR
+    # ResNets, U-Nets, GAN and diffusion CNNs and every vision model of the architecture suite run them: rows the
+    # vector tile divides, faster per FLOP than the odd maps of cnn_stage (Zen 3: 130-160 GFLOP/s vs 90-100)
+    "cnn_pow2": "conv",
+    # the first convolution over an image's 3 channels: ResNet's 7x7 stride 2, MobileNet's 3x3 stride 2, a
+    # CIFAR net's 3x3, the patch embeddings of ViT / Swin / ConvNeXt (a k x k window at stride k)
+    "conv_stem": "conv",
     # 1x1 convolutions on 1x1-4x4 maps: squeeze-excitation blocks and the last stages and classifier heads
     # of MobileNet/EfficientNet-style CNNs (a matrix-vector product in a convolution's layout)
     "conv_head": "conv",
@@ -636,6 +643,70 @@ def _cnn_stage(rng, n: int) -> list[Model]:
     return models
 
 
+#: ``(kernel, stride)`` of the power-of-two CNN-stage convolutions, in turn: a block's 3x3, the strided 3x3 that
+#: halves the map and doubles the channels, the 1x1 shortcut beside it, a bottleneck's 1x1.
+CNN_POW2_OPS = ((3, 1), (3, 2), (1, 2), (1, 1))
+#: Map sizes of the power-of-two stages, in turn (with 4 ops: no (op, size) twice in 20 models).
+CNN_POW2_MAPS = (64, 32, 16, 8, 128)
+
+
+def _cnn_pow2(rng, n: int) -> list[Model]:
+    """Convolutions (with bias + ReLU) of a CNN's stages on power-of-two maps with power-of-two channels, at
+    one of the three widest channel counts :data:`CNN_STAGE_MAX_MACS` allows."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        k, s = CNN_POW2_OPS[i % len(CNN_POW2_OPS)]
+        h = CNN_POW2_MAPS[i % len(CNN_POW2_MAPS)]
+        widen = s if s == 2 else int(rng.choice((1, 2))) if k == 1 else 1  # a bottleneck's 1x1 may widen 2x
+        fits = [c for c in (8, 16, 32, 64, 128, 256, 512)
+                if widen * c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
+        c = int(rng.choice(fits[-3:] or [8]))
+        cout = widen * c
+        weight, bias = _const(rng, (cout, c, k, k)), _const(rng, (1, cout, 1, 1))
+
+        def body(bb, x, w=weight, b=bias, k=k, s=s):
+            return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b))
+
+        models.append(_model(f"ops-cnn_pow2-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)), body))
+    return models
+
+
+#: ``(kernel, stride, padding)`` of the stem convolutions, in turn: ResNet, MobileNet, a CIFAR net, patch
+#: embeddings of 4 (Swin, ConvNeXt), 8 and 16 (ViT), a 5x5 stem.
+STEM_CONVS = ((7, 2, 3), (3, 2, 1), (3, 1, 1), (4, 4, 0), (8, 8, 0), (16, 16, 0), (5, 2, 2))
+#: Image sizes of the stem convolutions: ImageNet's 224, 128, 64 and CIFAR's 32.
+STEM_MAPS = (224, 128, 64, 32)
+
+
+def _conv_stem(rng, n: int) -> list[Model]:
+    """A CNN's or vision transformer's first convolution: 3 input channels, 8-768 output channels, on 32-224
+    pixel images (with bias; a CNN's stem also with ReLU), at most :data:`CNN_STAGE_MAX_MACS` multiply-adds."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        k, s, pad = STEM_CONVS[i % len(STEM_CONVS)]
+        h = STEM_MAPS[(i + i // len(STEM_CONVS)) % len(STEM_MAPS)]  # no (kernel, map) twice in 28 models
+        widths = (96, 192, 384, 768) if s == k else (8, 16, 24, 32, 48, 64)  # a patch embedding is the model's width
+        oh = (h + 2 * pad - k) // s + 1
+        fits = [c for c in widths if 3 * c * k * k * oh * oh <= CNN_STAGE_MAX_MACS] or [widths[0]]
+        cout = int(rng.choice(fits))
+        weight, bias = _const(rng, (cout, 3, k, k)), _const(rng, (1, cout, 1, 1))
+        relu = s != k
+
+        def body(bb, x, w=weight, b=bias, s=s, pad=pad, relu=relu):
+            y = op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=pad)), b)
+            return op.nn.relu(bb.emit(y)) if relu else y
+
+        name = f"ops-conv_stem-conv{k}x{k}s{s}-3x{h}x{h}-{cout}" + ("-relu" if relu else "")
+        models.append(_model(name, _f32((1, 3, h, h)), body))
+    return models
+
+
 #: Channel widths of the late stages and heads of MobileNet/EfficientNet-style CNNs.
 HEAD_CHANNELS = (24, 40, 64, 80, 96, 144, 160, 240, 320, 480, 576, 960, 1280)
 
@@ -739,7 +810,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "pad": 6,
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "conv_stem": 10, "pad": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
@@ -802,6 +873,10 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _conv2d_tfpad(rng, count, tiny=tiny)
     if family == "cnn_stage":
         return _cnn_stage(rng, count)
+    if family == "cnn_pow2":
+        return _cnn_pow2(rng, count)
+    if family == "conv_stem":
+        return _conv_stem(rng, count)
     if family == "conv_head":
         return _conv_head(rng, count)
     if group == "conv":
