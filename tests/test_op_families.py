@@ -9,7 +9,7 @@ import pytest
 
 import autoplace
 from autoplace.cost_model import feature_names, features_from_unit, record_features
-from autoplace.cost_model.features import SCHEDULE_FEATURES, TRANSFER_FEATURES, work
+from autoplace.cost_model.features import READ_FEATURES, SCHEDULE_FEATURES, TRANSFER_FEATURES, work
 from autoplace.graph import op_graph
 from autoplace.op_families import (
     CNN_STAGE_MAX_MACS,
@@ -269,9 +269,11 @@ def test_reduction_gather_and_movement_features(units):
 
 def test_new_features_come_after_the_old_ones_and_old_models_still_predict(units):
     names = feature_names()
-    # Each later group is appended: transfer features, then the CPU schedule's tile features.
-    assert names[-len(SCHEDULE_FEATURES):] == list(SCHEDULE_FEATURES)
-    tail = names[: -len(SCHEDULE_FEATURES)]
+    # Each later group is appended: transfer features, the CPU schedule's tile features, then the read strides.
+    assert names[-len(READ_FEATURES):] == list(READ_FEATURES)
+    tail = names[: -len(READ_FEATURES)]
+    assert tail[-len(SCHEDULE_FEATURES):] == list(SCHEDULE_FEATURES)
+    tail = tail[: -len(SCHEDULE_FEATURES)]
     assert tail[-len(TRANSFER_FEATURES):] == list(TRANSFER_FEATURES)
     assert len(set(names)) == len(names)
     recs = [r for us in units.values() for _, r in us]

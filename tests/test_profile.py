@@ -36,6 +36,29 @@ def test_units_cover_every_kernel_launch_and_dedupe_repeated_layers():
     assert any(not u.weight_args for u in units) and any(u.weight_args for u in units)  # attention vs linear
 
 
+def test_units_say_whether_a_fused_reshape_transpose_chain_reads_in_order_or_down_columns():
+    from autoplace.cost_model import record_features
+    from autoplace.profile.job import unit_record
+
+    # BERT's query/value head split (16, 64) -> (2, 16, 32) reads each input row in order; its key,
+    # (16, 64) -> (2, 32, 16), reads down the columns: same ops and sizes, 3-4x apart in time on the CPU.
+    units = {u.func_name: u for u in extract_units(zoo.get("bert"), "llvm")}
+    split = [u for name, u in units.items() if "transpose" in name and u.arg_shapes == [(16, 64), (2, 16, 32)]]
+    key = [u for name, u in units.items() if "transpose" in name and u.arg_shapes == [(16, 64), (2, 32, 16)]]
+    assert split and key
+    assert split[0].read_strides == [1.0] and key[0].read_strides == [64.0]
+    residual = [u for name, u in units.items() if name.startswith("fused_reshape1_llvm_add")]
+    assert residual and residual[0].read_strides == [1.0, 1.0]
+    matmul = [u for name, u in units.items() if "matmul" in name]
+    assert matmul and all(u.read_strides is None for u in matmul)  # not data movement: other features
+    record = unit_record(key[0], None, "bert", "llvm", {})
+    assert record["read_strides"] == [64.0]
+    feats = record_features(record)
+    assert feats["read_strided_share"] == 1.0 and feats["read_stride"] > 5.9
+    assert record_features(unit_record(split[0], None, "bert", "llvm", {}))["read_strided_share"] == 0.0
+    assert np.isnan(record_features({**record, "read_strides": None})["read_stride"])  # older records: unknown
+
+
 def test_hardware_id_tells_apart_cpus_a_virtual_machine_names_alike():
     from autoplace.profile.remote_runner import cpu_arch_from, hardware_id
 
@@ -84,6 +107,25 @@ def test_store_roundtrip_detects_torn_and_altered_lines(tmp_path):
     with pytest.warns(CorruptRecordWarning):
         assert sorted(store.records()["key"]) == ["k0", "k2", "k3"]
     assert ("unit", "k3", "llvm") in store.done()
+
+
+def test_kernel_descriptions_added_later_are_merged_into_the_records_that_lack_them(tmp_path):
+    store = ProfileStore(str(tmp_path / "p"))
+    store.append(dict(kind="unit", key="old", target="llvm", status="ok", median_us=1.0))
+    store.append(dict(kind="unit", key="new", target="llvm", status="ok", median_us=1.0, read_strides=[1.0]))
+    store.append(dict(kind="model", key="old", target="llvm", status="ok", median_us=9.0))
+    before = (tmp_path / "p" / "records.jsonl").read_bytes()
+    assert store.add_unit_fields({"old": {"read_strides": [64.0]}, "new": {"read_strides": [2.0]}}) == 2
+    assert store.add_unit_fields({"gone": {"read_strides": None}}) == 3  # merged, not replaced
+    assert (tmp_path / "p" / "records.jsonl").read_bytes() == before  # timed records are never rewritten
+    df = store.records().set_index(["kind", "key"])
+    assert df.loc[("unit", "old"), "read_strides"] == [64.0]
+    assert df.loc[("unit", "new"), "read_strides"] == [1.0]  # what was measured with the kernel wins
+    assert not isinstance(df.loc[("model", "old"), "read_strides"], list)  # unit records only
+    assert not list(tmp_path.glob("p/*.tmp"))
+    (tmp_path / "p" / ProfileStore.UNIT_FIELDS).write_text('{"old": ')  # torn: said, and left out
+    with pytest.warns(CorruptRecordWarning, match="run the back-fill again"):
+        assert not isinstance(store.records().set_index(["kind", "key"]).loc[("unit", "old"), "read_strides"], list)
 
 
 def test_foreign_records_are_left_out_unless_asked(tmp_path):

@@ -212,7 +212,8 @@ def _cpu_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
-def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: bool = True) -> tvm.IRModule:
+def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: bool = True,
+          on_unscheduled=None) -> tvm.IRModule:
     """Relax-level lowering of an annotated module: legalize, fuse per device, schedule every kernel.
 
     The returned module holds the fused kernels exactly as :func:`build` compiles them; the profiler
@@ -226,6 +227,10 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: 
     schedule_cpu : bool
         Schedule ``llvm`` kernels (default). ``False`` keeps TVM's unscheduled CPU kernels (and their
         targets as given): the "before" of ``experiments/vs_pytorch.py``.
+    on_unscheduled : callable, optional
+        Called with the module whose kernels are fused but not yet scheduled (same kernel names as the
+        returned module): the profiler reads how a kernel indexes its inputs from it
+        (:mod:`autoplace.profile.access`), before a schedule splits and stages its loops.
     """
     types = _vdevice_types(mod["main"])  # before RealizeVDevice, which drops some (arange's)
     mod = relax.transform.RealizeVDevice()(mod)
@@ -247,6 +252,8 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: 
         on_fused(mod)
     mod = retarget_kernels(mod)
     mod = relax.transform.DeadCodeElimination()(mod)
+    if on_unscheduled is not None:
+        on_unscheduled(mod)
     if schedule_cpu:
         mod = schedule_cpu_kernels(_cpu_kernel_targets(mod))
     return _schedule_gpu_kernels(mod)

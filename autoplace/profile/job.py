@@ -77,6 +77,7 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         num_outputs=unit.num_outputs,
         weight_args=list(unit.weight_args),
         weight_bytes=unit.weight_bytes,
+        read_strides=getattr(unit, "read_strides", None),
         flops=float(sum(d.get("flops", 0.0) for d in nodes)) if graph is not None else math.nan,
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,

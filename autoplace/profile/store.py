@@ -73,6 +73,10 @@ class ProfileStore:
 
     RECORDS = "records.jsonl"
     METADATA = "metadata.json"
+    #: Descriptions of kernels added after they were timed (``{unit key: {field: value}}``, e.g. the
+    #: ``read_strides`` of :func:`autoplace.profile.access.backfill_read_strides`): merged into the unit records
+    #: of those keys that lack the field when the store is read; the timed records themselves are never rewritten.
+    UNIT_FIELDS = "unit_fields.json"
 
     def __init__(self, path: str, metadata: dict | None = None):
         self.path = path
@@ -238,6 +242,12 @@ class ProfileStore:
                     if not allow_foreign:
                         continue
                 report.records.append(record)
+        added = self.unit_fields()
+        for record in report.records if added else ():
+            extra = added.get(record.get("key")) if record.get("kind") == "unit" else None
+            for name, value in (extra or {}).items():
+                if record.get(name) is None:
+                    record[name] = value
         if report.skipped:
             warnings.warn(
                 f"{path}: skipped {len(report.skipped)} corrupt line(s) {report.skipped[:5]}; they are kept "
@@ -259,6 +269,37 @@ class ProfileStore:
                 stacklevel=2,
             )
         return report
+
+    def unit_fields(self) -> dict:
+        """``{unit key: {field: value}}`` of :attr:`UNIT_FIELDS` (empty when there is none)."""
+        path = os.path.join(self.path, self.UNIT_FIELDS)
+        if not os.path.exists(path):
+            return {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                fields = json.load(f)
+        except (OSError, json.JSONDecodeError) as err:
+            warnings.warn(f"{path} is not readable JSON ({err}); its kernel descriptions are left out: delete "
+                          "it and run the back-fill again", CorruptRecordWarning, stacklevel=2)
+            return {}
+        return fields if isinstance(fields, dict) else {}
+
+    def add_unit_fields(self, fields: dict) -> int:
+        """Merge ``{unit key: {field: value}}`` into :attr:`UNIT_FIELDS` (written whole, then renamed into place:
+        never half-written); returns how many keys it now describes."""
+        merged = self.unit_fields()
+        for key, values in fields.items():
+            merged.setdefault(key, {}).update(values)
+        self._write_metadata()
+        path = os.path.join(self.path, self.UNIT_FIELDS)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(merged, f, sort_keys=True, separators=(",", ":"))
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return len(merged)
 
     def records(self, *, allow_foreign: bool = False) -> pd.DataFrame:
         """All good records as a DataFrame (one row per record)."""

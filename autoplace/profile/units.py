@@ -44,6 +44,17 @@ class Unit:
     nodes: list = field(default_factory=list)  # op nodes of the op graph this launch computes
     ops: list = field(default_factory=list)  # their op names, in program order
     weight_args: list = field(default_factory=list)  # indices of the arguments that are model weights
+    unscheduled: object = field(default=None, repr=False)  # the PrimFunc before scheduling (None: not kept)
+
+    @property
+    def read_strides(self) -> list | None:
+        """How the kernel reads each input as it writes its output in order (:func:`~.access.read_strides`);
+        None when not analysed."""
+        if self.unscheduled is None:
+            return None
+        from .access import read_strides
+
+        return read_strides(self.unscheduled, self.num_outputs)
 
     @property
     def weight_bytes(self) -> int:
@@ -193,8 +204,8 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
     graph = graph if graph is not None else op_graph(model)
     targets = TargetSet({"t": target_spec})
     annotated = annotate(model, graph, resolve_assignment(graph, None, targets, default="t"), targets)
-    fused = []
-    lowered = lower(annotated.mod, on_fused=fused.append)
+    fused, unscheduled = [], []
+    lowered = lower(annotated.mod, on_fused=fused.append, on_unscheduled=unscheduled.append)
     groups = _GroupMapper(graph, fused[0]).groups
     kind = targets["t"].kind
     main = lowered["main"]
@@ -231,9 +242,15 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
                     nodes=nodes,
                     ops=[graph.nodes[n]["op"] for n in nodes],
                     weight_args=weight_args,
+                    unscheduled=_function(unscheduled[0], gvar.name_hint),
                 )
             )
     return units
+
+
+def _function(mod: tvm.IRModule, name: str):
+    """``mod[name]`` when ``mod`` has it, else None."""
+    return mod[name] if any(gv.name_hint == name for gv in mod.get_global_vars()) else None
 
 
 def units_by_kind(model, graph: nx.DiGraph, targets: TargetSet) -> dict[str, list[Unit]]:

@@ -1,0 +1,216 @@
+"""How a data-movement kernel reads its inputs in the order it writes its output.
+
+A fused chain of reshapes, transposes, broadcasts and elementwise ops writes its output in order, but reads each
+input through the chain's index arithmetic: one step along the output's innermost axis may step one element
+along an input (a copy, which vectorises: 40-70 ps an element on the Zen 3), stay on it (a broadcast) or jump
+a whole row (a transpose, read down a column: 180-340 ps an element). The op names and shapes a profile record
+carries cannot tell these apart (a BERT head split ``(16, 64) -> (2, 16, 32)`` reads in order, the key's
+``(16, 64) -> (2, 32, 16)`` reads down columns), so the profiler records the input strides themselves
+(:func:`read_strides`), measured on the kernel's unscheduled PrimFunc by evaluating its index expressions at a
+few output positions and following them through intermediate buffers back to the kernel's arguments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+#: Output positions sampled per kernel (the median stride over them is recorded).
+SAMPLES = 5
+#: Kernels whose output has more dimensions than this are not analysed.
+MAX_RANK = 8
+#: Buffer elements followed per kernel before giving up (a window op reads many per output).
+MAX_VISITS = 4096
+
+
+def _blocks(func: tirx.PrimFunc) -> list:
+    """The blocks of ``func``, root included (it allocates the intermediate buffers)."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, found.append), order="post")
+    return found
+
+
+def _ints(exprs, values: dict) -> list[int] | None:
+    """The integer values of ``exprs`` with each block iterator set as in ``values`` (None: not constant)."""
+    analyzer = tvm.sym.Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, tirx.IntImm(str(var.ty.dtype), int(value)))
+    out = []
+    for expr in exprs:
+        value = analyzer.simplify(expr)
+        if not isinstance(value, tirx.IntImm):
+            return None
+        out.append(int(value.value))
+    return out
+
+
+def _flat(index: list[int], shape: list[int]) -> int:
+    flat = 0
+    for i, extent in zip(index, shape):
+        flat = flat * extent + i
+    return flat
+
+
+def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | None:
+    """For each input argument of ``func``, the median step of its read index (in elements) when the output
+    index steps by one along its innermost axis; None when the kernel is not purely spatial (a reduction, a
+    matmul: their own features describe them) or its indices cannot be followed.
+
+    A copy reads with stride 1, a broadcast with 0, a transpose with a row's length. Arguments the output does
+    not read along (a scalar) count 0; an argument read several times counts its largest stride.
+    """
+    blocks = _blocks(func)
+    names = [p.name for p in func.params]
+    if len(names) <= num_outputs:
+        return None
+    try:
+        shapes = {p.name: [int(d) for d in p.shape] for p in func.params}
+        for block in blocks:
+            shapes.update({b.name: [int(d) for d in b.shape] for b in block.alloc_buffers})
+    except (TypeError, ValueError, AttributeError):
+        return None  # symbolic shapes, or an argument that is not a tensor
+    inputs, outputs = names[:-num_outputs], names[-num_outputs:]
+    out = outputs[0]
+    out_shape = shapes[out]
+    if not out_shape or len(out_shape) > MAX_RANK or out_shape[-1] < 2:
+        return None
+    writer = {}
+    for block in blocks:
+        if block.name_hint == "root":
+            continue
+        if any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars) or len(block.writes) != 1:
+            return None  # a reduction (or a block with several outputs): not a data-movement kernel
+        region = block.writes[0].region
+        if not all(isinstance(r.min, tirx.Var) for r in region):
+            return None  # the write is not a plain out[v0, v1, ...]
+        writer[block.writes[0].source.name] = block
+    if out not in writer:
+        return None
+
+    memo = {}
+
+    def reads(buffer: str, index: tuple) -> list[tuple]:
+        """(argument, flat index) of every argument element ``buffer[index]`` is computed from."""
+        if (buffer, index) in memo:
+            return memo[buffer, index]
+        block = writer.get(buffer)
+        if block is None:
+            found = [(buffer, _flat(index, shapes[buffer]))] if buffer in shapes else []
+        else:
+            values = {r.min: i for r, i in zip(block.writes[0].region, index)}
+            found = []
+            for read in block.reads:
+                idx = _ints([r.min for r in read.region], values)
+                if idx is None:
+                    raise ValueError("index not constant")
+                found += reads(read.source.name, tuple(idx))
+            found = sorted(set(found))
+        if len(memo) > MAX_VISITS:
+            raise ValueError("too many reads to follow")
+        memo[buffer, index] = found
+        return found
+
+    rng = np.random.default_rng(0)
+    steps = {i: [] for i, b in enumerate(inputs) if b is not None}
+    try:
+        for _ in range(SAMPLES):
+            at = [int(rng.integers(0, d)) for d in out_shape[:-1]] + [int(rng.integers(0, out_shape[-1] - 1))]
+            nxt = at[:-1] + [at[-1] + 1]
+            here, there = {}, {}
+            for buf, flat in reads(out, tuple(at)):
+                here.setdefault(buf, []).append(flat)
+            for buf, flat in reads(out, tuple(nxt)):
+                there.setdefault(buf, []).append(flat)
+            for i in steps:
+                a, b = here.get(inputs[i], []), there.get(inputs[i], [])
+                steps[i].append(max(abs(y - x) for x, y in zip(a, b)) if a and len(a) == len(b) else 0)
+    except Exception:  # noqa: BLE001 -- any TVM error: the kernel is not analysed
+        return None
+    return [float(np.median(steps[i])) if steps.get(i) else 0.0 for i in range(len(inputs))]
+
+
+def read_fields(func: tirx.PrimFunc, num_outputs: int, arg_shapes: list) -> dict:
+    """The record fields of :func:`read_strides`: ``read_strides`` (one per input, None when not analysed)."""
+    strides = read_strides(func, num_outputs)
+    return {"read_strides": strides}
+
+
+def strided_read_share(strides, arg_shapes, num_outputs: int = 1) -> float:
+    """Share of the input elements a kernel reads with a stride other than 0 or 1 (down columns)."""
+    sizes = [math.prod(s) for s in arg_shapes[: len(arg_shapes) - num_outputs]]
+    total = sum(sizes) or 1
+    return sum(n for n, s in zip(sizes, strides) if s not in (0.0, 1.0)) / total
+
+
+def _models_named(names) -> dict:
+    """``{name: Model}`` of the profile model names that can be built again by name: zoo and architecture-suite
+    specs (``cnn``, ``llama-base``), op-family models (``ops-...``) and the stride grid (``grid-...``)."""
+    from .. import zoo
+    from ..errors import ModelError
+    from ..op_families import op_family_models
+
+    names = set(names)
+    built = {}
+    if any(n.startswith("ops-") for n in names):
+        built.update({m.name: m for m in op_family_models() if m.name in names})
+    if any(n.startswith("grid-") for n in names):
+        built.update({m.name: m for m in zoo.regime_grid() if m.name in names})
+    for name in sorted(n for n in names if not n.startswith(("ops-", "grid-"))):
+        try:
+            built[name] = zoo.parse(name)
+        except ModelError:
+            continue  # a model file: not rebuilt by name
+    return built
+
+
+def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = True) -> dict:
+    """Add :func:`read_strides` to the profile's ``target_kind`` kernels timed before records carried it.
+
+    The kernels are extracted again (no timing) from the models their records name, compiled for the profile's
+    CPU (``metadata.json``'s ``llvm_cpu``, so that the kernels' keys match), and the strides of the keys the
+    records lack are written to the store's :attr:`~autoplace.profile.ProfileStore.UNIT_FIELDS` file, which
+    :meth:`~autoplace.profile.ProfileStore.records` merges in. Kernels of models that cannot be rebuilt by
+    name (model files) are left without.
+
+    Returns
+    -------
+    dict
+        ``kernels`` (keys lacking the field), ``added`` (keys analysed now: with strides, or None for kernels that
+        are not data movement), ``with_strides``, ``models`` (rebuilt), ``skipped_models``, ``seconds``.
+    """
+    import time
+    import warnings
+
+    from tqdm import tqdm
+
+    from .units import extract_units
+
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = store.load().records
+    analysed = store.unit_fields()  # None there: analysed, not a data-movement kernel
+    lacking, models = set(), set()
+    for r in records:
+        if (r.get("kind") == "unit" and r.get("target") == target_kind and r.get("read_strides") is None
+                and "read_strides" not in analysed.get(r.get("key"), {})):
+            lacking.add(r.get("key"))
+            models.add(r.get("model"))
+    cpu = store.metadata.get("llvm_cpu")
+    spec = {"kind": "llvm", "mcpu": cpu} if target_kind == "llvm" and cpu else target_kind
+    built = _models_named(m for m in models if m)
+    found = {}
+    for name in tqdm(sorted(built), desc="read strides", unit="model", disable=not progress):
+        for unit in extract_units(built[name], spec):
+            if unit.key in lacking and unit.key not in found:
+                found[unit.key] = {"read_strides": unit.read_strides}
+    if found:
+        store.add_unit_fields(found)
+    return {"kernels": len(lacking), "added": len(found),
+            "with_strides": sum(v["read_strides"] is not None for v in found.values()), "models": len(built),
+            "skipped_models": sorted(m for m in models if m and m not in built),
+            "seconds": round(time.monotonic() - started, 1)}

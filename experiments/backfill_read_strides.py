@@ -1,0 +1,28 @@
+"""Add ``read_strides`` (how a data-movement kernel reads its inputs, :mod:`autoplace.profile.access`) to the kernels
+of a profile timed before records carried it. No kernel is timed: the models the records name are built and
+lowered again for the profile's CPU, and the strides land in ``<profile>/unit_fields.json``.
+
+    python experiments/backfill_read_strides.py --profile profiles/amd-epyc-f25m1-2c
+
+then retrain (``autoplace train --profile ...``): the cost model's ``read_*`` features use them.
+"""
+
+import argparse
+import json
+
+from autoplace.profile import ProfileStore
+from autoplace.profile.access import backfill_read_strides
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, help="profile folder (profiles/<hardware id>)")
+    parser.add_argument("--target", default="llvm", help="target kind of the kernels (default llvm)")
+    args = parser.parse_args(argv)
+    report = backfill_read_strides(ProfileStore(args.profile), target_kind=args.target)
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
