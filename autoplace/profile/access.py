@@ -12,8 +12,6 @@ few output positions and following them through intermediate buffers back to the
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tvm
 import tvm_ffi
@@ -115,35 +113,21 @@ def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | Non
         return found
 
     rng = np.random.default_rng(0)
-    steps = {i: [] for i, b in enumerate(inputs) if b is not None}
+    steps = [[] for _ in inputs]
     try:
         for _ in range(SAMPLES):
             at = [int(rng.integers(0, d)) for d in out_shape[:-1]] + [int(rng.integers(0, out_shape[-1] - 1))]
-            nxt = at[:-1] + [at[-1] + 1]
             here, there = {}, {}
             for buf, flat in reads(out, tuple(at)):
                 here.setdefault(buf, []).append(flat)
-            for buf, flat in reads(out, tuple(nxt)):
+            for buf, flat in reads(out, (*at[:-1], at[-1] + 1)):
                 there.setdefault(buf, []).append(flat)
-            for i in steps:
-                a, b = here.get(inputs[i], []), there.get(inputs[i], [])
-                steps[i].append(max(abs(y - x) for x, y in zip(a, b)) if a and len(a) == len(b) else 0)
-    except Exception:  # noqa: BLE001 -- any TVM error: the kernel is not analysed
+            for name, step in zip(inputs, steps):
+                a, b = here.get(name, []), there.get(name, [])
+                step.append(max(abs(y - x) for x, y in zip(a, b)) if a and len(a) == len(b) else 0)
+    except Exception:  # any TVM error too: the kernel is not analysed
         return None
-    return [float(np.median(steps[i])) if steps.get(i) else 0.0 for i in range(len(inputs))]
-
-
-def read_fields(func: tirx.PrimFunc, num_outputs: int, arg_shapes: list) -> dict:
-    """The record fields of :func:`read_strides`: ``read_strides`` (one per input, None when not analysed)."""
-    strides = read_strides(func, num_outputs)
-    return {"read_strides": strides}
-
-
-def strided_read_share(strides, arg_shapes, num_outputs: int = 1) -> float:
-    """Share of the input elements a kernel reads with a stride other than 0 or 1 (down columns)."""
-    sizes = [math.prod(s) for s in arg_shapes[: len(arg_shapes) - num_outputs]]
-    total = sum(sizes) or 1
-    return sum(n for n, s in zip(sizes, strides) if s not in (0.0, 1.0)) / total
+    return [float(np.median(step)) for step in steps]
 
 
 def _models_named(names) -> dict:
