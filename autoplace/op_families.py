@@ -55,6 +55,11 @@ FAMILIES = {
     "add": "elementwise",
     # sums of two or three whole activations past the caches (residual streams, CNN feature maps, branches)
     "residual": "elementwise",
+    # a decoder block's own fused kernels, as the PyTorch frontend emits them: the gated MLP activation
+    # (SwiGLU / GeGLU: act(gate) * up between reshapes) and rotary position embeddings (q * cos + rotate_half(q)
+    # * sin: a head split, two strided slices, a negation and a concatenation)
+    "glu": "decoder",
+    "rotary": "decoder",
     # reductions and norms
     "mean": "reduction",
     "sum": "reduction",
@@ -135,6 +140,7 @@ TINY_COUNTS = {
     # ns a row of 32, 17 a row of 64), and a fixed cost per call decides the time of a few rows
     "softmax": 16, "layer_norm": 16, "rms_norm": 32,
     "pad": 6,
+    "glu": 4, "rotary": 4,
     "conv2d_tfpad": 4,
     **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
 }
@@ -734,6 +740,54 @@ def _conv_head(rng, n: int) -> list[Model]:
     return models
 
 
+# -- a decoder block's fused kernels ----------------------------------------------------------------------
+def _glu(rng, n: int, tiny: bool = False) -> list[Model]:
+    """``act(gate) * up`` on ``(1, tokens, ffn)`` activations reshaped to rows and back, as torch.export gives
+    Llama / Mistral / Qwen2 (SiLU in its decomposed form ``x * sigmoid(x)``) and GeGLU models (tanh-GELU)."""
+    from tvm import relax
+
+    op = relax.op
+    acts = [lambda g: op.multiply(g, op.sigmoid(g)), op.nn.gelu_tanh, op.nn.silu]
+    models = []
+    for i, elems in enumerate(_sizes(rng, 2048, MAX_ELEMS, n, tiny)):
+        rows, cols = _rows_cols(rng, elems, tiny=tiny)
+        act = acts[i % len(acts)]
+
+        def body(bb, gate, up, act=act, rows=rows, cols=cols):
+            g = bb.emit(op.reshape(gate, (rows, cols)))
+            u = bb.emit(op.reshape(up, (rows, cols)))
+            return op.reshape(op.multiply(act(g), u), (1, rows, cols))
+
+        models.append(_model(f"ops-glu-{rows}x{cols}-{('silu_x', 'gelu_tanh', 'silu')[i % len(acts)]}",
+                             _f32((1, rows, cols), (1, rows, cols)), body))
+    return models
+
+
+def _rotary(rng, n: int, tiny: bool = False) -> list[Model]:
+    """Rotary position embeddings on a projection's ``(1, tokens, heads * head_dim)`` output: split into heads,
+    then ``q * cos + cat(-q[..., d/2:], q[..., :d/2]) * sin`` with ``(1, 1, tokens, head_dim)`` tables."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for elems in _sizes(rng, 4096, MAX_ELEMS, n, tiny):
+        d = int(rng.choice((8, 16, 32) if tiny else (32, 64, 128)))
+        heads = int(rng.choice((1, 2, 4) if tiny else (2, 4, 8, 12)))
+        tokens = max(1, round(elems / (heads * d)))
+        half = d // 2
+
+        def body(bb, x, cos, sin, heads=heads, tokens=tokens, d=d, half=half):
+            q = bb.emit(op.permute_dims(op.reshape(x, (1, tokens, heads, d)), [0, 2, 1, 3]))
+            lo = op.strided_slice(q, axes=[3], begin=[0], end=[half])
+            hi = op.strided_slice(q, axes=[3], begin=[half], end=[d])
+            rotated = op.concat([op.negative(hi), lo], axis=3)
+            return op.add(op.multiply(q, cos), op.multiply(rotated, sin))
+
+        models.append(_model(f"ops-rotary-{tokens}x{heads}x{d}", _f32((1, tokens, heads * d), (1, 1, tokens, d),
+                                                                     (1, 1, tokens, d)), body))
+    return models
+
+
 # -- attention's batched matmuls -------------------------------------------------------------------------
 def _attention(rng, family: str, n: int) -> list[Model]:
     from tvm import relax
@@ -810,7 +864,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "conv_stem": 10, "pad": 6,
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "conv_stem": 10, "pad": 6, "glu": 6, "rotary": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
@@ -853,6 +907,10 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
     group = FAMILIES[family]
     # (the tiny tier's families, TINY_COUNTS, all take ``tiny``)
     count = TINY_COUNTS[family] if tiny else COUNTS.get(family, 2 if family.startswith("conv2d_") else DEFAULT_COUNT)
+    if family == "glu":
+        return _glu(rng, count, tiny=tiny)
+    if family == "rotary":
+        return _rotary(rng, count, tiny=tiny)
     if family == "add":
         return _add(rng, count, tiny=tiny)
     if family == "residual":
