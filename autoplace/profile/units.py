@@ -28,6 +28,8 @@ from ..graph.view import _flat_tensors, _shape
 from ..targets import TargetSet
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+#: ``{unit key: read strides}`` of the kernels analysed in this process (:attr:`Unit.read_strides`).
+_READ_STRIDES: dict = {}
 
 
 @dataclass
@@ -52,9 +54,11 @@ class Unit:
         None when not analysed."""
         if self.unscheduled is None:
             return None
-        from .access import read_strides
+        if self.key not in _READ_STRIDES:  # a model repeats its layers' kernels: analyse each once
+            from .access import read_strides
 
-        return read_strides(self.unscheduled, self.num_outputs)
+            _READ_STRIDES[self.key] = read_strides(self.unscheduled, self.num_outputs)
+        return _READ_STRIDES[self.key]
 
     @property
     def weight_bytes(self) -> int:
