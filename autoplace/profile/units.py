@@ -211,6 +211,7 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
     fused, unscheduled = [], []
     lowered = lower(annotated.mod, on_fused=fused.append, on_unscheduled=unscheduled.append)
     groups = _GroupMapper(graph, fused[0]).groups
+    before_schedule = {gv.name_hint: func for gv, func in unscheduled[0].functions.items()}
     kind = targets["t"].kind
     main = lowered["main"]
     num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
@@ -246,15 +247,10 @@ def extract_units(model, target_spec="llvm", *, graph: nx.DiGraph | None = None)
                     nodes=nodes,
                     ops=[graph.nodes[n]["op"] for n in nodes],
                     weight_args=weight_args,
-                    unscheduled=_function(unscheduled[0], gvar.name_hint),
+                    unscheduled=before_schedule.get(gvar.name_hint),
                 )
             )
     return units
-
-
-def _function(mod: tvm.IRModule, name: str):
-    """``mod[name]`` when ``mod`` has it, else None."""
-    return mod[name] if any(gv.name_hint == name for gv in mod.get_global_vars()) else None
 
 
 def units_by_kind(model, graph: nx.DiGraph, targets: TargetSet) -> dict[str, list[Unit]]:
