@@ -98,6 +98,14 @@ FAMILIES = {
     # 1x1 convolutions on 1x1-4x4 maps: squeeze-excitation blocks and the last stages and classifier heads
     # of MobileNet/EfficientNet-style CNNs (a matrix-vector product in a convolution's layout)
     "conv_head": "conv",
+    # the same stages on power-of-two maps with the channel counts that are not powers of two (24, 48, 96,
+    # 192...: MobileNet/EfficientNet/RegNet widths, ResNets at width 0.75 or 1.5): the vector divides the rows,
+    # the register tile does not always divide the channels
+    "cnn_pow2_mixed": "conv",
+    # an inverted-residual block's 1x1 convolutions on the 2x2-4x4 maps of a small-image MobileNet (CIFAR-size
+    # inputs, the last stages of larger ones): expand (+ ReLU6, + the next depthwise convolution's TF pad) and
+    # project (+ the residual add); rows of 2-4 pixels, output channels 12 at a time in the register tile
+    "conv_small_maps": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -680,6 +688,67 @@ def _cnn_pow2(rng, n: int) -> list[Model]:
     return models
 
 
+#: Channel counts of :func:`_cnn_pow2_mixed`: multiples of 8 that are not powers of two.
+MIXED_CHANNELS = (24, 40, 48, 80, 96, 112, 160, 192, 320)
+#: Map sizes of the mixed-width stages, in turn (with 4 ops: no (op, size) twice in 16 models).
+MIXED_MAPS = (64, 32, 16, 8)
+
+
+def _cnn_pow2_mixed(rng, n: int) -> list[Model]:
+    """:func:`_cnn_pow2`'s convolutions with channel counts from :data:`MIXED_CHANNELS`: the widest two that
+    :data:`CNN_STAGE_MAX_MACS` allows at each map size."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        k, s = CNN_POW2_OPS[i % len(CNN_POW2_OPS)]
+        h = MIXED_MAPS[(i + i // len(MIXED_MAPS)) % len(MIXED_MAPS)]
+        widen = s if s == 2 else int(rng.choice((1, 2))) if k == 1 else 1
+        fits = [c for c in MIXED_CHANNELS if widen * c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
+        c = int(rng.choice(fits[-2:] or [24]))
+        cout = widen * c
+        weight, bias = _const(rng, (cout, c, k, k)), _const(rng, (1, cout, 1, 1))
+
+        def body(bb, x, w=weight, b=bias, k=k, s=s):
+            return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b))
+
+        models.append(_model(f"ops-cnn_pow2_mixed-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)),
+                             body))
+    return models
+
+
+#: Block widths of a MobileNetV2 at depth multipliers 0.25-1 (input, before the 6x expansion).
+SMALL_MAP_CHANNELS = (8, 16, 24, 32, 40, 64, 96)
+
+
+def _conv_small_maps(rng, n: int) -> list[Model]:
+    """An inverted-residual block's 1x1 convolutions on 2x2, 3x3 and 4x4 maps (no (map, width) twice), in turn:
+    expand ``c -> 6c`` + bias + ReLU6, the same with the next depthwise convolution's TF pad fused after it,
+    project ``6c -> c'`` + bias, the same with the residual add (``c' = c``)."""
+    from tvm import relax
+
+    op = relax.op
+    pairs = [(h, c) for h in (2, 3, 4) for c in SMALL_MAP_CHANNELS]
+    models = []
+    for i, pick in enumerate(rng.permutation(len(pairs))[:n]):
+        h, c = pairs[pick]
+        expand, extra = i % 4 < 2, i % 2 == 1
+        cin, cout = (c, 6 * c) if expand else (6 * c, c if extra else int(rng.choice(SMALL_MAP_CHANNELS)))
+        weight, bias = _const(rng, (cout, cin, 1, 1)), _const(rng, (1, cout, 1, 1))
+        residual = _const(rng, (1, cout, h, h))
+
+        def body(bb, x, w=weight, b=bias, r=residual, expand=expand, extra=extra):
+            y = op.add(bb.emit(op.nn.conv2d(x, w)), b)
+            if expand:
+                y = op.clip(bb.emit(y), 0.0, 6.0)
+                return op.nn.pad(bb.emit(y), [0, 0, 0, 0, 1, 1, 1, 1]) if extra else y
+            return op.add(bb.emit(y), r) if extra else y
+
+        tail = ("-relu6" + ("-pad" if extra else "")) if expand else ("-residual" if extra else "")
+        models.append(_model(f"ops-conv_small_maps-1x1-{cin}x{h}x{h}-{cout}{tail}", _f32((1, cin, h, h)), body))
+    return models
+
 #: ``(kernel, stride, padding)`` of the stem convolutions, in turn: ResNet, MobileNet, a CIFAR net, patch
 #: embeddings of 4 (Swin, ConvNeXt), 8 and 16 (ViT), a 5x5 stem.
 STEM_CONVS = ((7, 2, 3), (3, 2, 1), (3, 1, 1), (4, 4, 0), (8, 8, 0), (16, 16, 0), (5, 2, 2))
@@ -864,7 +933,8 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "conv_stem": 10, "pad": 6, "glu": 6, "rotary": 6,
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 10,
+          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
@@ -933,6 +1003,10 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _cnn_stage(rng, count)
     if family == "cnn_pow2":
         return _cnn_pow2(rng, count)
+    if family == "cnn_pow2_mixed":
+        return _cnn_pow2_mixed(rng, count)
+    if family == "conv_small_maps":
+        return _conv_small_maps(rng, count)
     if family == "conv_stem":
         return _conv_stem(rng, count)
     if family == "conv_head":
