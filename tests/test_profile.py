@@ -128,6 +128,26 @@ def test_kernel_descriptions_added_later_are_merged_into_the_records_that_lack_t
         assert not isinstance(store.records().set_index(["kind", "key"]).loc[("unit", "old"), "read_strides"], list)
 
 
+
+def test_the_back_fill_describes_the_current_kernels_and_skips_older_schedules(tmp_path):
+    from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
+    from autoplace.profile.access import backfill_read_strides
+
+    units = extract_units(zoo.get("mlp"), "llvm")
+    store = ProfileStore(str(tmp_path / "p"))
+    for u in units:  # timed before records said how kernels read
+        store.append(dict(kind="unit", key=u.key, target="llvm", status="ok", median_us=1.0, model="mlp",
+                          cpu_schedule=SCHEDULE_VERSION))
+    store.append(dict(kind="unit", key="llvm-older-schedule", target="llvm", status="ok", median_us=1.0,
+                      model="no-such-model", cpu_schedule=SCHEDULE_VERSION - 1))
+    report = backfill_read_strides(store, progress=False)
+    assert report["kernels"] == len({u.key for u in units}) and report["unmatched"] == 0
+    assert report["skipped_models"] == []  # the older schedule's record is not looked for at all
+    fields = store.unit_fields()
+    assert set(fields) == {u.key for u in units}
+    assert all(fields[u.key]["read_strides"] == u.read_strides for u in units)
+    assert backfill_read_strides(store, progress=False)["kernels"] == 0  # done once, never again
+
 def test_foreign_records_are_left_out_unless_asked(tmp_path):
     store = ProfileStore(str(tmp_path / "p"))
     store.append(dict(kind="unit", key="mine", target="llvm", status="ok", median_us=1.0))
