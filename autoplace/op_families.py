@@ -765,7 +765,8 @@ def _conv_stem(rng, n: int) -> list[Model]:
     models = []
     for i in range(n):
         k, s, pad = STEM_CONVS[i % len(STEM_CONVS)]
-        h = STEM_MAPS[(i + i // len(STEM_CONVS)) % len(STEM_MAPS)]  # no (kernel, map) twice in 28 models
+        # each kernel on the next map every round of the kernels: every (kernel, map) once in 28 models
+        h = STEM_MAPS[(i % len(STEM_CONVS) + i // len(STEM_CONVS)) % len(STEM_MAPS)]
         widths = (96, 192, 384, 768) if s == k else (8, 16, 24, 32, 48, 64)  # a patch embedding is the model's width
         oh = (h + 2 * pad - k) // s + 1
         fits = [c for c in widths if 3 * c * k * k * oh * oh <= CNN_STAGE_MAX_MACS] or [widths[0]]
@@ -933,7 +934,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 # -- the list --------------------------------------------------------------------------------------------
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
-          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 10,
+          "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4

@@ -129,7 +129,9 @@ def test_power_of_two_stages_and_stems_have_the_shapes_cifar_nets_and_patch_embe
         assert cout * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS
     stems = op_family_models(families=["conv_stem"], tiny=False)
     assert len({m.name for m in stems}) == len(stems) >= 7
-    kernels = {re.match(r"ops-conv_stem-conv(\d+)x\d+s(\d+)-3x", m.name).groups() for m in stems}
+    placed = [re.match(r"ops-conv_stem-conv(\d+)x\d+s(\d+)-3x(\d+)x", m.name).groups() for m in stems]
+    assert len(set(placed)) == len(placed) == 28  # every stem kernel on every image size, once
+    kernels = {(k, s) for k, s, _ in placed}
     assert {("7", "2"), ("3", "2"), ("4", "4"), ("16", "16")} <= kernels  # ResNet, MobileNet, Swin, ViT
     assert all(m.name.endswith("-relu") != (k == s) for m, (k, s) in zip(stems, [
         re.match(r"ops-conv_stem-conv(\d+)x\d+s(\d+)-", m.name).groups() for m in stems]))  # patches: no ReLU
@@ -168,7 +170,7 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
     # 262 since session 17 (30 cnn_stage models): 3.5 min to profile on the Xeon; 459 with session 19's tiny tier
     # and conv2d_tfpad (197 kernels, 4 min on the Zen 4); 493 with session 24's cnn_pow2 and conv_stem (29 kernels,
     # 68 s on the Zen 3); 513 with glu and rotary (20 kernels); 545 with session 25's cnn_pow2_mixed and
-    # conv_small_maps (32 kernels)
+    # conv_small_maps (32 kernels); 563 with conv_stem at every image size (18 more)
     assert 400 <= total <= 570, total
     for name, us in units.items():
         assert us, name
