@@ -60,6 +60,8 @@ FAMILIES = {
     # * sin: a head split, two strided slices, a negation and a concatenation)
     "glu": "decoder",
     "rotary": "decoder",
+    # the cos / sin tables of rotary embeddings, from the position ids on every call
+    "rotary_table": "decoder",
     # reductions and norms
     "mean": "reduction",
     "sum": "reduction",
@@ -148,7 +150,7 @@ TINY_COUNTS = {
     # ns a row of 32, 17 a row of 64), and a fixed cost per call decides the time of a few rows
     "softmax": 16, "layer_norm": 16, "rms_norm": 32,
     "pad": 6,
-    "glu": 4, "rotary": 4,
+    "glu": 4, "rotary": 4, "rotary_table": 4,
     "conv2d_tfpad": 4,
     **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
 }
@@ -858,6 +860,31 @@ def _rotary(rng, n: int, tiny: bool = False) -> list[Model]:
     return models
 
 
+
+def _rotary_table(rng, n: int, tiny: bool = False) -> list[Model]:
+    """The cos / sin tables rotary embeddings compute on every call from the position ids, as torch.export gives
+    Llama / Mistral / Qwen2: ``freqs = (inv_freq[None, :, None] @ positions[:, None, :]).T``, ``emb =
+    cat(freqs, freqs)``, then ``cos(emb) * scale`` and ``sin(emb) * scale`` on ``(1, tokens, head_dim)``."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for elems in _sizes(rng, 1024, 1 << 18, n, tiny):
+        d = int(rng.choice((8, 16, 32) if tiny else (32, 64, 128)))
+        tokens = max(1, round(elems / d))
+        inv_freq = relax.const((10000.0 ** (-np.arange(0, d, 2) / d)).astype("float32"))
+        scale = relax.const(1.0, "float32")
+
+        def body(bb, positions, inv_freq=inv_freq, scale=scale):
+            pos = bb.emit(op.astype(op.expand_dims(positions, 1), "float32"))  # (1, 1, tokens)
+            inv = bb.emit(op.expand_dims(inv_freq, [0, 2]))  # (1, d/2, 1)
+            freqs = bb.emit(op.permute_dims(bb.emit(op.matmul(inv, pos)), [0, 2, 1]))
+            emb = bb.emit(op.concat([freqs, freqs], axis=2))
+            return relax.Tuple([bb.emit(op.multiply(op.cos(emb), scale)), bb.emit(op.multiply(op.sin(emb), scale))])
+
+        models.append(_model(f"ops-rotary_table-{tokens}x{d}", [("positions", (1, tokens), "int64")], body))
+    return models
+
 # -- attention's batched matmuls -------------------------------------------------------------------------
 def _attention(rng, family: str, n: int) -> list[Model]:
     from tvm import relax
@@ -935,7 +962,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
-          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6,
+          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
@@ -982,6 +1009,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _glu(rng, count, tiny=tiny)
     if family == "rotary":
         return _rotary(rng, count, tiny=tiny)
+    if family == "rotary_table":
+        return _rotary_table(rng, count, tiny=tiny)
     if family == "add":
         return _add(rng, count, tiny=tiny)
     if family == "residual":
