@@ -751,6 +751,7 @@ def _conv_small_maps(rng, n: int) -> list[Model]:
         models.append(_model(f"ops-conv_small_maps-1x1-{cin}x{h}x{h}-{cout}{tail}", _f32((1, cin, h, h)), body))
     return models
 
+
 #: ``(kernel, stride, padding)`` of the stem convolutions, in turn: ResNet, MobileNet, a CIFAR net, patch
 #: embeddings of 4 (Swin, ConvNeXt), 8 and 16 (ViT), a 5x5 stem.
 STEM_CONVS = ((7, 2, 3), (3, 2, 1), (3, 1, 1), (4, 4, 0), (8, 8, 0), (16, 16, 0), (5, 2, 2))
@@ -860,7 +861,6 @@ def _rotary(rng, n: int, tiny: bool = False) -> list[Model]:
     return models
 
 
-
 def _rotary_table(rng, n: int, tiny: bool = False) -> list[Model]:
     """The cos / sin tables rotary embeddings compute on every call from the position ids, as torch.export gives
     Llama / Mistral / Qwen2: ``freqs = (inv_freq[None, :, None] @ positions[:, None, :]).T``, ``emb =
@@ -884,6 +884,7 @@ def _rotary_table(rng, n: int, tiny: bool = False) -> list[Model]:
 
         models.append(_model(f"ops-rotary_table-{tokens}x{d}", [("positions", (1, tokens), "int64")], body))
     return models
+
 
 # -- attention's batched matmuls -------------------------------------------------------------------------
 def _attention(rng, family: str, n: int) -> list[Model]:
