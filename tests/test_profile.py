@@ -424,6 +424,31 @@ def test_max_rounds_time_again_only_what_no_other_round_confirms(tmp_path):
     assert len(store.records()) == lines + 1  # it had its 3 rounds
 
 
+
+def test_a_re_timed_kernel_far_from_its_previous_jobs_reading_is_reported(tmp_path):
+    """A job can read a kernel slow in every round (its rounds then confirm each other): ``--redo unit`` says
+    which re-timed kernels moved 1.5x or more from their previous job's record, either way."""
+    from autoplace.profile import profile_models
+    from autoplace.profile.job import moved_readings
+
+    old = {("unit", k, "llvm"): dict(median_us=us, cpu_schedule=6) for k, us in (("a", 1.0), ("b", 2.3), ("c", 1.0))}
+    new = {("unit", "a", "llvm"): dict(median_us=1.4, cpu_schedule=6), ("unit", "b", "llvm"): dict(median_us=0.9,
+           cpu_schedule=6), ("unit", "c", "llvm"): dict(median_us=2.0, cpu_schedule=5)}
+    assert moved_readings(old, new) == {("unit", "b", "llvm"): (2.3, 0.9)}  # c: another schedule, not compared
+    assert moved_readings(old, {**new, ("unit", "a", "llvm"): dict(median_us=1.5, cpu_schedule=6)}) == {
+        ("unit", "a", "llvm"): (1.0, 1.5), ("unit", "b", "llvm"): (2.3, 0.9)}
+
+    store = ProfileStore(str(tmp_path / "p"))
+    profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False)
+    (tag, record), *_ = [(t, r) for t, r in store.newest_good().items() if t[0] == "unit"]
+    store.append({**record, "median_us": 50.0 * record["median_us"]})  # as a job in a slow mode would leave it
+    lines = []
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             progress=False, redo=("unit",), log=lines.append)
+    assert summary["moved"] >= 1
+    said = [line for line in lines if "re-timed kernels read 1.5x or more apart" in line]
+    assert len(said) == 1 and "--rounds N" in said[0] and f"mlp:{record['func_name']}" in said[0], lines
+
 def test_rounds_more_than_10_percent_slower_than_the_fastest_are_left_out(tmp_path):
     """A round whose median is more than 10% above the fastest round's does not count, whatever the canary
     read (it does not see every slowdown); the canary's readings are kept; ``remerge_rounds`` brings records

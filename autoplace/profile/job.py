@@ -199,6 +199,29 @@ def confirmed(record: dict) -> bool:
     return True
 
 
+#: A re-timed kernel whose new reading is this many times its previous job's (either way) is reported.
+MOVED_FACTOR = 1.5
+
+
+def moved_readings(before: dict, after: dict, factor: float = MOVED_FACTOR) -> dict:
+    """``{tag: (previous us, new us)}`` of the kernels re-timed (``--redo unit``) whose newest reading is
+    ``factor`` or more times their previous job's, or that divided by it, with the same CPU schedule version.
+
+    A job can run a kernel in a slow mode in every one of its rounds, where the rounds agree and so confirm it:
+    mobilenetv2's 16 -> 96 1x1 convolution on a 2x2 map read 0.80, 0.91, then 2.28-2.30 us in all three rounds of
+    one job (AMD Zen 3, session 24; 0.91 again in the next). Only another job shows it.
+    """
+    moved = {}
+    for tag, old in before.items():
+        new = after.get(tag)
+        if new is None or new is old or old.get("cpu_schedule") != new.get("cpu_schedule"):
+            continue
+        ratio = float(new["median_us"]) / float(old["median_us"])
+        if ratio >= factor or ratio <= 1.0 / factor:
+            moved[tag] = (float(old["median_us"]), float(new["median_us"]))
+    return moved
+
+
 def merge_rounds(previous: dict, timing: dict) -> dict:
     """``previous`` (a kernel's or model's record) with one more round of timing ``timing`` added.
 
@@ -611,7 +634,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
     max_rounds = max(rounds, max_rounds or rounds)
-    unconfirmed = None
+    unconfirmed, moved = None, {}
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
@@ -646,6 +669,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
+            before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
+                      if "unit" in redo else {})
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
@@ -663,6 +688,15 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                     log(f"after up to {max_rounds} rounds: {len(unconfirmed)} of the job's kernels and models still "
                         "have a fastest round no other round confirms within 10%"
                         + (f" (e.g. {', '.join(sorted(unconfirmed.values())[:4])})" if unconfirmed else ""))
+            moved = moved_readings(before, store.newest_good()) if before else {}
+            if moved:
+                names = {("unit", unit.key, kind): f"{name}:{unit.func_name}" for name, _, unit, _, kind in todo}
+                examples = [f"{names.get(tag, tag[1])} {old:.3g} -> {new:.3g} us" for tag, (old, new) in
+                            sorted(moved.items(), key=lambda kv: -abs(math.log(kv[1][1] / kv[1][0])))[:3]]
+                log(f"{len(moved)} re-timed kernels read {MOVED_FACTOR}x or more apart from their previous job's "
+                    f"record ({'; '.join(examples)}): a job can run a kernel slow in every round. Where the new "
+                    "reading is the slower, add rounds in another job (--rounds N: the fastest rounds are kept) "
+                    "rather than --redo")
             if speed is not None and speed.report(always=report_speed):
                 log(speed.report())
             if model_runs:
@@ -677,6 +711,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     summary = dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed)
     if unconfirmed is not None and max_rounds > rounds:
         summary["unconfirmed"] = len(unconfirmed)
+    if "unit" in redo:
+        summary["moved"] = len(moved)
     return summary
 
 
