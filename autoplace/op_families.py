@@ -666,27 +666,28 @@ CNN_POW2_OPS = ((3, 1), (3, 2), (1, 2), (1, 1))
 CNN_POW2_MAPS = (64, 32, 16, 8, 128)
 
 
-def _cnn_pow2(rng, n: int) -> list[Model]:
-    """Convolutions (with bias + ReLU) of a CNN's stages on power-of-two maps with power-of-two channels, at
-    one of the three widest channel counts :data:`CNN_STAGE_MAX_MACS` allows."""
+def _cnn_pow2(rng, n: int, *, family: str = "cnn_pow2", channels=(8, 16, 32, 64, 128, 256, 512),
+              maps=CNN_POW2_MAPS, widest: int = 3, rotate: bool = False) -> list[Model]:
+    """Convolutions (with bias + ReLU) of a CNN's stages on power-of-two maps (``maps`` in turn; with ``rotate``,
+    shifted by one every round of them), at one of the ``widest`` channel counts of ``channels`` that
+    :data:`CNN_STAGE_MAX_MACS` allows (power-of-two ones by default)."""
     from tvm import relax
 
     op = relax.op
     models = []
     for i in range(n):
         k, s = CNN_POW2_OPS[i % len(CNN_POW2_OPS)]
-        h = CNN_POW2_MAPS[i % len(CNN_POW2_MAPS)]
+        h = maps[(i + i // len(maps) if rotate else i) % len(maps)]
         widen = s if s == 2 else int(rng.choice((1, 2))) if k == 1 else 1  # a bottleneck's 1x1 may widen 2x
-        fits = [c for c in (8, 16, 32, 64, 128, 256, 512)
-                if widen * c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
-        c = int(rng.choice(fits[-3:] or [8]))
+        fits = [c for c in channels if widen * c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
+        c = int(rng.choice(fits[-widest:] or [channels[0]]))
         cout = widen * c
         weight, bias = _const(rng, (cout, c, k, k)), _const(rng, (1, cout, 1, 1))
 
         def body(bb, x, w=weight, b=bias, k=k, s=s):
             return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b))
 
-        models.append(_model(f"ops-cnn_pow2-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)), body))
+        models.append(_model(f"ops-{family}-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)), body))
     return models
 
 
@@ -699,25 +700,7 @@ MIXED_MAPS = (64, 32, 16, 8)
 def _cnn_pow2_mixed(rng, n: int) -> list[Model]:
     """:func:`_cnn_pow2`'s convolutions with channel counts from :data:`MIXED_CHANNELS`: the widest two that
     :data:`CNN_STAGE_MAX_MACS` allows at each map size."""
-    from tvm import relax
-
-    op = relax.op
-    models = []
-    for i in range(n):
-        k, s = CNN_POW2_OPS[i % len(CNN_POW2_OPS)]
-        h = MIXED_MAPS[(i + i // len(MIXED_MAPS)) % len(MIXED_MAPS)]
-        widen = s if s == 2 else int(rng.choice((1, 2))) if k == 1 else 1
-        fits = [c for c in MIXED_CHANNELS if widen * c * c * k * k * (h // s) ** 2 <= CNN_STAGE_MAX_MACS]
-        c = int(rng.choice(fits[-2:] or [24]))
-        cout = widen * c
-        weight, bias = _const(rng, (cout, c, k, k)), _const(rng, (1, cout, 1, 1))
-
-        def body(bb, x, w=weight, b=bias, k=k, s=s):
-            return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b))
-
-        models.append(_model(f"ops-cnn_pow2_mixed-conv{k}x{k}s{s}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)),
-                             body))
-    return models
+    return _cnn_pow2(rng, n, family="cnn_pow2_mixed", channels=MIXED_CHANNELS, maps=MIXED_MAPS, widest=2, rotate=True)
 
 
 #: Block widths of a MobileNetV2 at depth multipliers 0.25-1 (input, before the 6x expansion).

@@ -214,7 +214,7 @@ def moved_readings(before: dict, after: dict, factor: float = MOVED_FACTOR) -> d
     moved = {}
     for tag, old in before.items():
         new = after.get(tag)
-        if new is None or new is old or old.get("cpu_schedule") != new.get("cpu_schedule"):
+        if new is None or old.get("cpu_schedule") != new.get("cpu_schedule"):
             continue
         ratio = float(new["median_us"]) / float(old["median_us"])
         if ratio >= factor or ratio <= 1.0 / factor:
