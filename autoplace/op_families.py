@@ -62,6 +62,8 @@ FAMILIES = {
     "rotary": "decoder",
     # the cos / sin tables of rotary embeddings, from the position ids on every call
     "rotary_table": "decoder",
+    # grouped-query attention's repeat_kv: key / value heads broadcast to the query heads (expand + reshape)
+    "gqa_repeat": "decoder",
     # reductions and norms
     "mean": "reduction",
     "sum": "reduction",
@@ -76,6 +78,8 @@ FAMILIES = {
     "split": "movement",
     "strided_slice": "movement",
     "take": "movement",
+    # advanced indexing (x[idx0, idx1] with broadcast index tensors): Hugging Face decoders' causal mask
+    "index_tensor": "movement",
     "embedding": "movement",
     "cumsum": "movement",
     "where": "movement",
@@ -142,7 +146,7 @@ TINY_WIDTHS = (8, 16, 24, 32, 48, 64, 96, 128)
 TINY_COUNTS = {
     **{f: 2 for f in ("sigmoid", "tanh", "exp", "erf", "gelu", "gelu_tanh", "silu", "softplus", "sin", "cos", "log",
                       "add", "sum", "max", "group_norm",
-                      "transpose", "concat", "split", "strided_slice", "take", "embedding", "cumsum", "where")},
+                      "transpose", "concat", "split", "strided_slice", "take", "index_tensor", "embedding", "cumsum", "where")},
     # a transformer block's own: its norms (RMSNorm in both forms), x ** 2, attention's softmax over rows of 8-128
     **{f: 4 for f in ("power", "mean")},
     # row reductions: two models per row width of TINY_WIDTHS (both RMSNorm forms, twice each), their sizes drawn
@@ -150,7 +154,7 @@ TINY_COUNTS = {
     # ns a row of 32, 17 a row of 64), and a fixed cost per call decides the time of a few rows
     "softmax": 16, "layer_norm": 16, "rms_norm": 32,
     "pad": 6,
-    "glu": 4, "rotary": 4, "rotary_table": 4,
+    "glu": 4, "rotary": 4, "rotary_table": 4, "gqa_repeat": 4,
     "conv2d_tfpad": 4,
     **{f"conv2d_k{k}s{s}{g}": 1 for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
 }
@@ -436,6 +440,19 @@ def _movement(rng, family: str, n: int, tiny: bool = False) -> list[Model]:
             idx = relax.const(rng.integers(0, size, size=max(1, size // 2)).astype("int64"), "int64")
             models.append(_model(f"ops-take-{rows}x{cols}-a{axis}", _f32((rows, cols)),
                                  lambda bb, x, idx=idx, axis=axis: op.take(x, idx, axis=axis)))
+        elif family == "index_tensor":  # advanced indexing as Hugging Face decoders build their causal mask:
+            # cache positions (1, tokens) gathered at a batch index and a column (or row) of token indices
+            tokens = int(np.clip(round(elems / (16 if tiny else 64)), 4, 4096))
+            column = i % 2 == 0
+
+            def body(bb, x, tokens=tokens, column=column):
+                batch = bb.emit(op.expand_dims(relax.const(np.zeros(1, "int64"), "int64"), [1, 2, 3]))  # (1, 1, 1, 1)
+                pos = bb.emit(op.add(op.arange(0, tokens, 1, "int64"), relax.const(0, "int64")))
+                at = bb.emit(op.expand_dims(pos, [0, 1, 3] if column else [0, 1, 2]))  # (1, 1, tokens, 1) or (1, 1, 1, tokens)
+                return op.index_tensor(x, [batch, at])
+
+            models.append(_model(f"ops-index_tensor-{tokens}-{'col' if column else 'row'}",
+                                 [("positions", (1, tokens), "int64")], body))
         elif family == "embedding":  # ids (model input) look up rows of a table (weight)
             d = int(rng.choice((64, 128, 256, 512, 768)))
             tokens = max(1, round(elems / d))
@@ -846,8 +863,10 @@ def _rotary(rng, n: int, tiny: bool = False) -> list[Model]:
 
 def _rotary_table(rng, n: int, tiny: bool = False) -> list[Model]:
     """The cos / sin tables rotary embeddings compute on every call from the position ids, as torch.export gives
-    Llama / Mistral / Qwen2: ``freqs = (inv_freq[None, :, None] @ positions[:, None, :]).T``, ``emb =
-    cat(freqs, freqs)``, then ``cos(emb) * scale`` and ``sin(emb) * scale`` on ``(1, tokens, head_dim)``."""
+    Llama / Mistral / Qwen2: HF's ``inv_freq[None, :, None] @ positions[:, None, :]`` (a reduction of length 1)
+    reaches Relax as a broadcast product, ``freqs = positions[:, :, None].float() * inv_freq``, then ``emb =
+    cat(freqs, freqs)``, ``cos(emb) * scale`` and ``sin(emb) * scale`` on ``(1, tokens, head_dim)``: three kernels,
+    the first the fused ``expand_dims``, ``cast``, ``multiply`` and ``concatenate``."""
     from tvm import relax
 
     op = relax.op
@@ -859,13 +878,42 @@ def _rotary_table(rng, n: int, tiny: bool = False) -> list[Model]:
         scale = relax.const(1.0, "float32")
 
         def body(bb, positions, inv_freq=inv_freq, scale=scale):
-            pos = bb.emit(op.astype(op.expand_dims(positions, 1), "float32"))  # (1, 1, tokens)
-            inv = bb.emit(op.expand_dims(inv_freq, [0, 2]))  # (1, d/2, 1)
-            freqs = bb.emit(op.permute_dims(bb.emit(op.matmul(inv, pos)), [0, 2, 1]))
-            emb = bb.emit(op.concat([freqs, freqs], axis=2))
+            pos = bb.emit(op.astype(op.expand_dims(positions, 2), "float32"))  # (1, tokens, 1)
+            freqs = bb.emit(op.multiply(pos, inv_freq))  # (1, tokens, d/2)
+            emb = bb.emit(op.concat([freqs, freqs], axis=-1))
             return relax.Tuple([bb.emit(op.multiply(op.cos(emb), scale)), bb.emit(op.multiply(op.sin(emb), scale))])
 
         models.append(_model(f"ops-rotary_table-{tokens}x{d}", [("positions", (1, tokens), "int64")], body))
+    return models
+
+
+def _gqa_repeat(rng, n: int, tiny: bool = False) -> list[Model]:
+    """Grouped-query attention's ``repeat_kv`` as torch.export gives Llama / Mistral / Qwen2: a key or value
+    projection's ``(tokens, kv_heads * head_dim)`` output split into heads, ``x[:, :, None].expand(1, kv_heads, rep,
+    tokens, head_dim).reshape(1, kv_heads * rep, tokens, head_dim)``, reshaped to the attention matmul's batch
+    (values) or transposed for ``Q @ K^T`` (keys, every other model): layout ops only, fused into one kernel."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_sizes(rng, 4096, MAX_ELEMS, n, tiny)):
+        d = int(rng.choice((8, 16, 32) if tiny else (64, 128)))
+        kv = int(rng.choice((1, 2) if tiny else (1, 2, 4, 8)))
+        rep = int(rng.choice((2, 4) if tiny else (2, 4, 7, 8)))
+        heads = kv * rep
+        tokens = max(1, round(elems / (heads * d)))
+        keys = i % 2 == 1
+
+        def body(bb, x, kv=kv, rep=rep, tokens=tokens, d=d, keys=keys):
+            split = bb.emit(op.permute_dims(op.reshape(x, (1, tokens, kv, d)), [0, 2, 1, 3]))  # (1, kv, tokens, d)
+            wide = op.broadcast_to(op.expand_dims(split, 2), (1, kv, rep, tokens, d))
+            y = op.reshape(wide, (1, kv * rep, tokens, d))
+            if keys:
+                return op.reshape(op.permute_dims(y, [0, 1, 3, 2]), (kv * rep, d, tokens))
+            return op.reshape(y, (kv * rep, tokens, d))
+
+        kind = "k" if keys else "v"
+        models.append(_model(f"ops-gqa_repeat-{kind}-{tokens}x{kv}x{rep}x{d}", _f32((tokens, kv * d)), body))
     return models
 
 
@@ -946,7 +994,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
-          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6,
+          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8}
 DEFAULT_COUNT = 4
 
@@ -995,6 +1043,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _rotary(rng, count, tiny=tiny)
     if family == "rotary_table":
         return _rotary_table(rng, count, tiny=tiny)
+    if family == "gqa_repeat":
+        return _gqa_repeat(rng, count, tiny=tiny)
     if family == "add":
         return _add(rng, count, tiny=tiny)
     if family == "residual":
