@@ -440,7 +440,7 @@ def test_a_re_timed_kernel_far_from_its_previous_jobs_reading_is_reported(tmp_pa
 
     store = ProfileStore(str(tmp_path / "p"))
     profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False)
-    (_, record), *_ = [(t, r) for t, r in store.newest_good().items() if t[0] == "unit"]
+    record = next(r for t, r in store.newest_good().items() if t[0] == "unit")
     store.append({**record, "median_us": 50.0 * record["median_us"]})  # as a job in a slow mode would leave it
     lines = []
     summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
