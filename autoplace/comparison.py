@@ -75,8 +75,6 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         names a node or target the model does not have (:class:`AssignmentError`); and whatever
         :func:`autoplace.optimize` raises.
     """
-    from .solve import PlacementError, solve
-
     if rpc is not None:
         from .profile.rpc import RPCConfig, remote_profile_dir
 
@@ -96,29 +94,8 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     else:
         placed = result._placed()  # a result read from a file has no module to build: says so
         _check_options(placed.model, placed.graph, result.targets, manual, rounds, repeat)
-    model, graph, targets = result.placement.model, result.placement.graph, result.targets
-    plans = {"autoplace": (result.predicted_us, result.placement, result.plan.status)}
-    invoke_us = result.predicted_us - result.plan.objective_us  # the same for every plan
-    if baselines:
-        # Baselines ignore memory caps (the table says when one breaks a cap); the solver's own
-        # "all:<target>" keeps pinned nodes (inputs, outputs, user pins) where they are pinned.
-        uncapped = _uncapped(result.problem)
-        for method in [f"all:{t}" for t in targets] + ["greedy"]:
-            try:
-                unit_assignment = solve(uncapped, method=method).assignment
-            except PlacementError as err:
-                plans[method] = (None, None, f"infeasible: {err}")
-                continue
-            predicted, over = _predict(result.problem, unit_assignment)
-            placement = Placement.from_assignment(model, graph, result.view.op_assignment(unit_assignment, graph),
-                                                  targets)
-            plans[method] = (predicted + invoke_us, placement, "baseline" + over)
-    for label, assignment in (manual or {}).items():
-        placement = Placement.from_assignment(model, graph, assignment, targets)
-        unit_assignment = _unit_assignment(result, placement.assignment)
-        unit_assignment = {k: v for k, v in unit_assignment.items() if k in set(result.problem.nodes)}
-        predicted, over = _predict(result.problem, unit_assignment)
-        plans[f"manual:{label}"] = (predicted + invoke_us, placement, "manual (predicted at kernel level)" + over)
+    model = result.placement.model
+    plans = candidate_plans(result, manual=manual, baselines=baselines)
     if rpc is not None:
         from .profile.rpc import time_plans
 
@@ -148,6 +125,48 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
             samples[name].extend(runner.time_us(inputs, number=number, repeat=repeat))
     return _table(plans, samples, model)
 
+
+
+def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
+                    memory_greedy: bool = False) -> dict:
+    """Every plan :func:`compare` times, built but not run: ``{label: (predicted_us, placement, note)}``.
+
+    ``autoplace`` (``result``'s plan), with ``baselines`` ``all:<target>`` for every target and ``greedy``,
+    with ``memory_greedy`` also ``memory-greedy:<target>`` for every target but the first (that target filled
+    in model order until its memory cap, the rest on the first target: accelerate's ``device_map="auto"``,
+    :func:`autoplace.solve.baselines.memory_greedy`), then ``manual:<label>`` for each manual assignment.
+    Baselines ignore memory caps, except memory-greedy, whose point they are; a note says when a plan breaks a
+    cap. An infeasible baseline has ``(None, None, why)``.
+    """
+    from .solve import PlacementError, solve
+
+    model, graph, targets = result.placement.model, result.placement.graph, result.targets
+    plans = {"autoplace": (result.predicted_us, result.placement, result.plan.status)}
+    invoke_us = result.predicted_us - result.plan.objective_us  # the same for every plan
+    methods = ([f"all:{t}" for t in targets] + ["greedy"]) if baselines else []
+    if memory_greedy:
+        methods += [f"memory-greedy:{t}" for t in list(targets)[1:]]
+    # Baselines ignore memory caps (the table says when one breaks a cap); the solver's own
+    # "all:<target>" keeps pinned nodes (inputs, outputs, user pins) where they are pinned.
+    uncapped = _uncapped(result.problem)
+    for method in methods:
+        try:
+            problem = result.problem if method.startswith("memory-greedy:") else uncapped
+            unit_assignment = solve(problem, method=method).assignment
+        except PlacementError as err:
+            plans[method] = (None, None, f"infeasible: {err}")
+            continue
+        predicted, over = _predict(result.problem, unit_assignment)
+        placement = Placement.from_assignment(model, graph, result.view.op_assignment(unit_assignment, graph),
+                                              targets)
+        plans[method] = (predicted + invoke_us, placement, "baseline" + over)
+    for label, assignment in (manual or {}).items():
+        placement = Placement.from_assignment(model, graph, assignment, targets)
+        unit_assignment = _unit_assignment(result, placement.assignment)
+        unit_assignment = {k: v for k, v in unit_assignment.items() if k in set(result.problem.nodes)}
+        predicted, over = _predict(result.problem, unit_assignment)
+        plans[f"manual:{label}"] = (predicted + invoke_us, placement, "manual (predicted at kernel level)" + over)
+    return plans
 
 def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) -> pd.DataFrame:
     """One row per plan: predicted and measured latency, copies, ops per target."""

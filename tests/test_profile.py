@@ -302,6 +302,25 @@ def test_bundle_rounds_merge_per_item_in_round_order_and_keep_a_failure():
     assert [r["status"] for r in merge_bundle_rounds([ok("a", 1, 1.0), failed, ok("a", 3, 1.0)])] == ["error"]
 
 
+def test_a_runner_that_died_on_an_item_skips_it_when_resumed(tmp_path):
+    """A kernel that kills the process (a crash in the driver, say) must not kill every resumed run too: the runner
+    keeps the item in flight in ``OUT.current``, and a runner that finds one without its record writes that record
+    as failed and goes on with the rest."""
+    from autoplace.profile.remote import build_bundle
+
+    bundle = tmp_path / "bundle"
+    manifest = build_bundle([zoo.get("seed003")], {"cpu0": "llvm"}, str(bundle), copy_sizes=())
+    died = dict(manifest["units"][0]["record"], round=1)
+    (bundle / "records.jsonl.current").write_text(json.dumps(died))
+    subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "2", "--min-repeat-ms", "1"],
+                   check=True, timeout=300, cwd=str(tmp_path))
+    records = [json.loads(line) for line in (bundle / "records.jsonl").read_text().splitlines()]
+    mine = [r for r in records if r["key"] == died["key"]]
+    assert len(mine) == 1 and mine[0]["status"] == "error" and "died" in mine[0]["error"]
+    assert len(records) > 1 and all(r["status"] == "ok" for r in records if r["key"] != died["key"])
+    assert not (bundle / "records.jsonl.current").exists()  # a run that ends leaves no item in flight
+
+
 def test_plan_bundle_times_placed_models_with_the_runner(tmp_path):
     """Placed models (weights on their devices) built here and timed by the standalone runner."""
     import autoplace

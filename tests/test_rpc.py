@@ -385,16 +385,22 @@ def test_compare_times_plans_on_the_remote_machine_priced_by_its_profile(tmp_pat
     assert (table["predicted_us"] > 0).all()  # priced by the profile just measured over RPC
 
 
-def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_job(tmp_path, rt):
+def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_job(tmp_path, rt, monkeypatch):
     """The bundle flow shares the RPC path's runner: copied alone next to a runtime-only TVM it still times
-    kernels, probes and placed models, and a merged profile has the launch fields a local job writes."""
+    kernels, probes and placed models, and a merged profile has the launch fields a local job writes. Large
+    weights are drawn there (here every float weight of 1 KiB or more), one arrays file serves the plans of a
+    model, and the runner says whether the CUDA runtime loaded (a runtime-only TVM skips it at import)."""
     import autoplace
+    from autoplace.profile import remote
     from autoplace.profile.remote import build_bundle, build_plan_bundle, merge_records
 
+    monkeypatch.setattr(remote, "GENERATED_MIN_BYTES", 1 << 10)
     bundle = tmp_path / "bundle"
     build_bundle([zoo.get("seed003")], TWO, str(bundle), copy_sizes=(4,))
-    build_plan_bundle({("mlp", "matmul-on-cpu1"): autoplace.place(zoo.mlp(), None, {"relax.matmul": "cpu1"}, TWO)},
-                      str(bundle))
+    manifest = build_plan_bundle({("mlp", "matmul-on-cpu1"): autoplace.place(zoo.mlp(), None, {"relax.matmul": "cpu1"}, TWO),
+                                  ("mlp", "all-on-cpu0"): autoplace.place(zoo.mlp(), None, {}, TWO)}, str(bundle))
+    assert len({m["arrays"] for m in manifest["models"]}) == 1  # inputs and small tensors, shared
+    assert all(len(m["generated"]) >= 3 for m in manifest["models"])  # mlp's weight matrices, drawn there
     alone = tmp_path / "device"
     alone.mkdir()
     shutil.copytree(bundle, alone / "bundle")
@@ -402,6 +408,7 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     run = subprocess.run([sys.executable, "bundle/runner.py", "bundle", "--repeat", "2", "--min-repeat-ms", "1"],
                          capture_output=True, text=True, timeout=300, cwd=str(alone), env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "tvm_runtime_cuda: " in run.stdout  # "loaded" on a GPU box, else why not (no libcuda here)
     folder = merge_records(str(alone / "bundle" / "records.jsonl"), str(tmp_path / "profiles"))
     rows = records(folder)
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
@@ -409,8 +416,15 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     assert units and all(r["in_model_median_us"] > 0 and r["in_model_timing"] for r in units)
     launch = [r for r in rows if r["kind"] == "launch"]
     assert len(launch) == 2 and all({"per_arg_us", "alloc_us_per_byte", "single_call_us"} <= set(r) for r in launch)
-    plan = [r for r in rows if r["kind"] == "plan"]
-    assert len(plan) == 1 and plan[0]["median_us"] > 0 and plan[0]["copies"] > 0
+    plan = {r["key"]: r for r in rows if r["kind"] == "plan"}
+    assert set(plan) == {"mlp:matmul-on-cpu1", "mlp:all-on-cpu0"} and all(r["median_us"] > 0 for r in plan.values())
+    assert plan["mlp:matmul-on-cpu1"]["copies"] > 0
+    # Without the compiler Target.current() has no FFI function; the CUDA runtime asks it for the GPU's compute
+    # version through Python, so the runner gives one that answers "no target" (the device then says).
+    code = ("import sys; sys.path.insert(0, 'bundle'); import tvm, runner; runner.load_device_runtimes(tvm); "
+            "print(tvm.target.Target.current(allow_none=True))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=str(alone), env=env)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "None", out.stderr[-2000:]
 
 
 def test_servers_of_another_architecture_get_warm_timing_and_the_log_says_why(tmp_path, monkeypatch):

@@ -161,6 +161,29 @@ def test_memory_cap_forces_second_best():
         solve(p, "all:gpu")
 
 
+def test_memory_greedy_fills_the_gpu_in_model_order_and_puts_the_rest_on_the_host():
+    """accelerate's ``device_map="auto"``: a chain of four layers (weights 600 B each) on a GPU of 1300 B holds
+    the first two; the third and everything after it go to the host, even the fourth, which would fit alone
+    once the third is gone. Uncapped it is all:gpu; the solver beats it when the cap makes it split badly."""
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    prev = "x"
+    for i, gpu_us in enumerate((10.0, 10.0, 10.0, 1.0)):
+        g.add_node(f"l{i}", latency_us={"cpu": 100.0, "gpu": gpu_us}, weight_bytes=600)
+        g.add_edge(prev, f"l{i}", nbytes=4)
+        prev = f"l{i}"
+    capped = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 1300})
+    plan = solve(capped, "memory-greedy:gpu")
+    assert {n: plan.assignment[n] for n in ("l0", "l1", "l2", "l3")} == {"l0": "gpu", "l1": "gpu", "l2": "cpu",
+                                                                      "l3": "cpu"}
+    assert plan.method == "memory-greedy:gpu" and plan.assignment["x"] == "cpu"
+    assert solve(capped, "auto").objective_us <= plan.objective_us
+    uncapped = PlacementProblem.from_graph(g, CPU_GPU)
+    assert solve(uncapped, "memory-greedy:gpu").assignment == solve(uncapped, "all:gpu").assignment
+    with pytest.raises(PlacementError, match="unknown target 'tpu'"):
+        solve(capped, "memory-greedy:tpu")
+
+
 # ---------------------------------------------------------------------- exactness
 
 

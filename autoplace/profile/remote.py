@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zlib
 
 import tvm
 
@@ -410,7 +411,8 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
         :func:`autoplace.compare`, built here for a CPU+GPU box).
 
     Each plan becomes a VM executable (with :func:`staged_module`'s timing functions), its inputs
-    (seeded random) and weights in an ``.npz``, and a manifest item; ``runner.py`` times ``main`` with
+    (seeded random) and weights in an ``.npz`` (float weights of :data:`GENERATED_MIN_BYTES` or more are drawn
+    there instead, seeded by their position), and a manifest item; ``runner.py`` times ``main`` with
     every argument on its device and writes ``kind="plan"`` records (``key`` = ``"<model>:<plan>"``).
     """
     import numpy as np
@@ -424,16 +426,33 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
     manifest.setdefault("models", [])
     for (model_name, label), placement in plans.items():
         safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")
-        lib, arrays = os.path.join("lib", f"plan_{safe}.so"), os.path.join("lib", f"plan_{safe}.npz")
+        lib = os.path.join("lib", f"plan_{safe}.so")
         item, values, write = plan_item(placement, plan_record(placement, model_name, label), lib, seed=seed)
         write(os.path.join(bundle_dir, lib))
-        np.savez(os.path.join(bundle_dir, arrays), **{f"arg{i}": v for i, v in enumerate(values)})
-        manifest["models"].append(dict(item, arrays=arrays))
+        # Large float weights are drawn on the box (the bundle must stay small; values do not change the time):
+        # :data:`GENERATED_MIN_BYTES`. The rest (inputs, integer tensors, small weights) travel, one file per
+        # distinct set, which the plans of one model share.
+        generated = {str(i): [list(v.shape), str(v.dtype)] for i, v in enumerate(values)
+                     if v.dtype.kind == "f" and v.nbytes >= GENERATED_MIN_BYTES}
+        kept = {f"arg{i}": v for i, v in enumerate(values) if str(i) not in generated}
+        crc = zlib.crc32(repr(sorted(generated.items())).encode())
+        for name, v in kept.items():
+            crc = zlib.crc32(np.ascontiguousarray(v).tobytes(), zlib.crc32(repr((name, v.shape, str(v.dtype))).encode(), crc))
+        model_safe = "".join(c if c.isalnum() else "_" for c in model_name)
+        arrays = os.path.join("lib", f"args_{model_safe}_{crc:08x}.npz")
+        if not os.path.exists(os.path.join(bundle_dir, arrays)):
+            np.savez(os.path.join(bundle_dir, arrays), **kept)
+        manifest["models"].append(dict(item, arrays=arrays, generated=generated))
     shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
     log(f"bundle {bundle_dir}: {len(plans)} placed models for end-to-end timing")
     return manifest
+
+
+#: Float arrays of a placed model from this size on are not written into a plan bundle: the runner draws them
+#: (:func:`~.remote_runner.generated_array`, the same values for every plan of the model).
+GENERATED_MIN_BYTES = 64 << 10
 
 
 def plan_record(placement, model_name: str, label: str) -> dict:

@@ -254,6 +254,64 @@ def in_model_fields(lib, dev, call_args, preproc_name, repeat, l2_total_bytes):
                 in_model_timing=IN_MODEL_TIMING, l2_bytes=int(l2_total_bytes))
 
 
+#: Device runtimes that ``import tvm`` loads with its backends, which ``TVM_USE_RUNTIME_LIB=1`` skips: without
+#: ``libtvm_runtime_cuda.so`` a runtime-only TVM has no CUDA device API and every CUDA item would be skipped.
+DEVICE_RUNTIME_LIBS = ("tvm_runtime_cuda",)
+#: Where a GPU box keeps ``libcudart`` if the loader does not find it: the CUDA toolkit, then PyTorch's wheels.
+CUDART_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/lib/x86_64-linux-gnu")
+
+
+def load_device_runtimes(tvm):
+    """Load the device runtimes a runtime-only TVM skipped (:data:`DEVICE_RUNTIME_LIBS`, those present in its
+    ``lib`` folder); returns ``{name: None if loaded, else why not}``. ``libcudart`` is looked for in
+    :data:`CUDART_DIRS` and in the ``nvidia`` Python packages when the loader alone does not find it."""
+    import ctypes
+    import glob
+
+    if not getattr(tvm, "_RUNTIME_ONLY", False):
+        return {}
+    # The CUDA runtime asks Python for the GPU's compute version (``tvm.support.nvcc.get_compute_version``), which
+    # looks at ``Target.current()`` first: without the compiler that has no FFI function and the call fails
+    # ("no attribute 'TargetCurrent'"). No target is current in a runner, so it answers None and the compute
+    # version comes from the device, as it would with the compiler.
+    from tvm.target import _ffi_api as target_api
+
+    if not hasattr(target_api, "TargetCurrent"):
+        target_api.TargetCurrent = lambda allow_none=True: None
+    lib_dir = os.path.join(os.path.dirname(tvm.__file__), "lib")
+    found = {}
+    for name in DEVICE_RUNTIME_LIBS:
+        path = os.path.join(lib_dir, f"lib{name}.so")
+        if not os.path.exists(path):
+            continue
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # registers the device API when loaded
+            found[name] = None
+            continue
+        except OSError as err:
+            found[name] = str(err)
+        if "cudart" not in found[name]:
+            continue
+        dirs = list(CUDART_DIRS)
+        for entry in sys.path:
+            dirs += glob.glob(os.path.join(entry, "nvidia", "*", "lib")) + glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))
+        for candidate in [c for d in dirs for c in sorted(glob.glob(os.path.join(d, "libcudart.so*")))]:
+            try:
+                ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                found[name] = None
+                break
+            except OSError as err:
+                found[name] = f"{found[name]}; with {candidate}: {err}"
+    return found
+
+
+def generated_array(index, shape, dtype):
+    """A weight a plan bundle did not carry (large float arrays): normal, scale 0.02, seeded by its position
+    among ``main``'s arguments, so every plan of a model gets the same values."""
+    return (np.random.default_rng(index).standard_normal(shape, dtype=np.float32) * 0.02).astype(dtype)
+
+
 def device(tvm, kind, index=0):
     return tvm.device("cpu" if kind == "llvm" else kind, index)
 
@@ -415,6 +473,8 @@ def main(argv=None):
     use_physical_cores()
     import tvm  # the runtime is enough (TVM_USE_RUNTIME_LIB=1)
     from tvm.runtime import vm as runtime_vm
+    for name, why in load_device_runtimes(tvm).items():
+        print(f"{name}: {'loaded' if why is None else 'not loaded: ' + why}", flush=True)
 
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
@@ -469,6 +529,20 @@ def main(argv=None):
         def in_model(lib, dev, call_args, record):
             return time_in_model(tvm, lib, dev, call_args, record, stream, buffers, args.repeat)
 
+    # An item that kills the process (a crash in a kernel or the driver) is not timed again: the item in flight is
+    # kept in OUT.current, and a runner that finds one there without its record writes that record as failed.
+    current = out + ".current"
+    if os.path.exists(current):
+        with open(current) as f:
+            try:
+                died = json.load(f)
+            except ValueError:
+                died = None
+        if died and (died.get("kind"), died.get("key"), died.get("target"), died.get("round", 1)) not in done:
+            write(dict(died, status="error", error="the runner died while timing this item (a crash, or it was "
+                                                   "killed); not timed again when resumed"))
+            done.add((died.get("kind"), died.get("key"), died.get("target"), died.get("round", 1)))
+
     todo = [(r, n, item) for r in range(1, rounds + 1) for n, item in enumerate(items, 1)]
     for r, n, item in todo:
         record = dict(item["record"], round=r)
@@ -480,9 +554,13 @@ def main(argv=None):
         print(f"[{n}/{len(items)}{f', round {r}/{rounds}' if rounds > 1 else ''}] {record['kind']} "
               f"{record['target']} {record.get('func_name', record['key'])}", flush=True)
         arrays = None
-        if "arrays" in item:  # a placed model: inputs and weights saved beside it
+        if "arrays" in item:  # a placed model: inputs and weights saved beside it, large weights drawn here
             saved = np.load(os.path.join(args.bundle, item["arrays"]))
-            arrays = [saved[f"arg{i}"] for i in range(len(item["arg_devices"]))]
+            drawn = item.get("generated", {})
+            arrays = [generated_array(i, *drawn[str(i)]) if str(i) in drawn else saved[f"arg{i}"]
+                      for i in range(len(item["arg_devices"]))]
+        with open(current, "w") as f:
+            json.dump(record, f)
         try:
             record.update(run_item(tvm, runtime_vm, item, timing=timing, arrays=arrays, in_model=in_model,
                                    load=lambda file: tvm.runtime.load_module(os.path.join(args.bundle, file)),
@@ -490,6 +568,8 @@ def main(argv=None):
         except Exception as err:
             record.update(status="error", error=error_text(err))
         write(record)
+    if os.path.exists(current):
+        os.remove(current)
     print(f"wrote {out}")
     return 0
 

@@ -14,7 +14,7 @@ from ..errors import InfeasiblePlacementError, PlacementError
 from .cost import batch_objective_us, evaluate, over_memory_caps
 from .problem import PlacementProblem
 
-__all__ = ["all_on", "brute_force", "check_memory", "greedy", "manual"]
+__all__ = ["all_on", "brute_force", "check_memory", "greedy", "manual", "memory_greedy"]
 
 
 def _names(problem: PlacementProblem, rows) -> str:
@@ -64,6 +64,39 @@ def greedy(problem: PlacementProblem) -> np.ndarray:
     """Every node on its fastest allowed target (pins honoured, copies ignored; ties: first target)."""
     lat = np.where(problem.allowed, problem.latency_us, np.inf)
     return lat.argmin(axis=1).astype(np.int64)
+
+
+def memory_greedy(problem: PlacementProblem, target: str, fallback: str | None = None) -> np.ndarray:
+    """``target`` filled in model order until its memory cap, everything after on ``fallback``.
+
+    The placement of Hugging Face accelerate's ``device_map="auto"`` and llama.cpp's GPU-layer count: walk the
+    nodes in the order the model runs them (the problem's node order), keep each on ``target`` while the nodes
+    placed so far still fit its memory cap (:func:`.cost.evaluate`'s memory: weights and outputs, copies
+    included), and put the first node that does not fit and every node after it on ``fallback`` (default: the
+    first other target). Pinned nodes stay where pinned; a node ``target`` does not run goes to ``fallback``
+    too. Without a cap on ``target`` this is :func:`all_on`.
+
+    Raises
+    ------
+    PlacementError
+        If ``target`` or ``fallback`` is unknown.
+    """
+    p = problem
+    for name in (target, fallback):
+        if name is not None and name not in p.targets:
+            raise PlacementError(f"unknown target {name!r}: the problem's targets are {list(p.targets)}")
+    d = p.targets.index(target)
+    other = p.targets.index(fallback) if fallback is not None else next(i for i in range(p.n_targets) if i != d)
+    free = p.pinned < 0
+    target_of = np.where(free, other, p.pinned).astype(np.int64)
+    for i in range(p.n_nodes):
+        if not free[i] or not p.allowed[i, d]:
+            continue
+        target_of[i] = d
+        if evaluate(p, target_of).memory_bytes[d] > p.memory_bytes[d]:
+            target_of[i] = other
+            break
+    return target_of
 
 
 def manual(problem: PlacementProblem, assignment: Mapping | None) -> np.ndarray:

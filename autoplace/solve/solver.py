@@ -19,7 +19,7 @@ from .validate import validate_plan
 __all__ = ["METHODS", "solve"]
 
 #: method names :func:`solve` accepts (plus ``"all:<target>"``)
-METHODS = ("auto", "ilp", "mincut", "greedy", "manual", "brute_force", "all:<target>")
+METHODS = ("auto", "ilp", "mincut", "greedy", "manual", "brute_force", "all:<target>", "memory-greedy:<target>")
 
 _ILP_OPTIONS = {"lp_first", "pdlp_tolerance", "threads"}
 
@@ -44,7 +44,9 @@ def solve(
         only when its optimum happens to fit them): that solver. Baselines:
         ``"all:<target>"`` (every kernel on one target; pinned nodes stay where pinned), ``"greedy"`` (each node on its fastest
         allowed target, copies ignored), ``"manual"`` (``assignment`` as given; every node
-        must be listed), ``"brute_force"`` (tries every placement; tiny problems only).
+        must be listed), ``"brute_force"`` (tries every placement; tiny problems only), ``"memory-greedy:<target>"``
+        (``target`` filled in model order until its memory cap, the rest on the first other target, as
+        accelerate's ``device_map="auto"``: :func:`.baselines.memory_greedy`).
     time_limit_s : float
         Wall-clock budget of the ILP, model building included. On expiry the best plan found
         is returned with status ``"feasible"`` and its proven gap.
@@ -131,6 +133,8 @@ def solve(
         baselines.check_memory(p, target_of, "manual")
     elif method == "brute_force":
         target_of, status, method_label = baselines.brute_force(p), "optimal", "brute_force"
+    elif isinstance(method, str) and method.startswith("memory-greedy:"):
+        target_of, method_label = baselines.memory_greedy(p, method.split(":", 1)[1]), method
     elif isinstance(method, str) and method.startswith("all:"):
         target_of, method_label = baselines.all_on(p, method[4:]), method
         baselines.check_memory(p, target_of, method)

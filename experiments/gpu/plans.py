@@ -1,0 +1,97 @@
+"""Add placed models to a GPU bundle: every baseline of issue 14 and, with the box's profile, autoplace's plan.
+
+    python experiments/gpu/plans.py --bundle gpu_carry/bundle --models mlp cnn-base llama-base \
+        [--profile profiles/<gpu box id>] [--gpu-cap-mb llama-base=8] [--out plans.json]
+
+Inputs arrive on the CPU and outputs return there in every plan. Without ``--profile`` (before the box was
+profiled) only the plans that need no costs are built: ``all:cpu``, ``all:gpu`` and ``manual:seed002`` (the
+seed 002 placement: conv2d and matmul on the GPU, the rest on the CPU). With it, the plans of
+:func:`autoplace.comparison.candidate_plans`: autoplace's (solved on the box's measured costs, ``measure="never"``:
+this machine is not the box), ``all:<target>``, ``greedy``, ``memory-greedy`` (the GPU filled in model order
+until its cap, as Hugging Face accelerate's ``device_map="auto"``) and the seed 002 manual plan, each with its
+predicted latency, written to ``--out`` for the comparison table (``experiments/gpu/table.py``).
+
+``--gpu-cap-mb MODEL=MB`` caps the GPU's memory for one model (the solver and memory-greedy respect it; the
+other baselines ignore it and the table says when one breaks it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import zlib
+
+TARGETS = {"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}, "gpu": {"kind": "cuda", "arch": "sm_90"}}
+#: Seed 002's hand placement: the heavy ops on the GPU, the rest on the CPU.
+SEED002 = {"relax.nn.conv2d": "gpu", "relax.matmul": "gpu"}
+
+
+def _parse_caps(items):
+    caps = {}
+    for item in items or []:
+        name, _, mb = item.partition("=")
+        caps[name] = int(float(mb) * (1 << 20))
+    return caps
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--models", nargs="+", required=True)
+    parser.add_argument("--profile", help="the GPU box's profile folder (then autoplace, greedy, memory-greedy)")
+    parser.add_argument("--targets", default=json.dumps(TARGETS))
+    parser.add_argument("--gpu-cap-mb", nargs="*", default=[], help="MODEL=MB: the GPU's memory cap for MODEL")
+    parser.add_argument("--out", help="JSON of every plan's prediction and copies")
+    parser.add_argument("--no-build", action="store_true", help="only write --out (the plans are not compiled)")
+    args = parser.parse_args(argv)
+
+    from autoplace import zoo
+    from autoplace.comparison import candidate_plans
+    from autoplace.graph import op_graph
+    from autoplace.place import Placement
+    from autoplace.profile.remote import build_plan_bundle
+    from autoplace.targets import TargetSet
+
+    targets = TargetSet(json.loads(args.targets))
+    caps = _parse_caps(args.gpu_cap_mb)
+    plans, rows = {}, []
+    for spec in args.models:
+        t0 = time.perf_counter()
+        model = zoo.parse(spec)
+        if args.profile:
+            from autoplace import optimize
+
+            memory = {"gpu": caps[spec]} if spec in caps else None
+            result = optimize(model, None, targets, profile_dir=args.profile, measure="never", memory_bytes=memory)
+            found = candidate_plans(result, manual={"seed002": SEED002}, memory_greedy=True)
+        else:
+            graph = op_graph(model)
+            found = {}
+            for label, assignment in (("all:cpu", {}), ("all:gpu", {n: "gpu" for n, d in graph.nodes(data=True)
+                                                                  if d.get("kind") == "op"}),
+                                      ("manual:seed002", SEED002)):
+                found[label] = (None, Placement.from_assignment(model, graph, assignment, targets), "no costs yet")
+        for label, (predicted, placement, note) in found.items():
+            row = dict(model=spec, plan=label, predicted_us=predicted, note=note)
+            if placement is not None:
+                plans[(spec, label)] = placement
+                # plans with one placement_crc are one placement (the table says so: their times differ by noise)
+                row.update(copies=len(placement.copies), copy_bytes=sum(c["nbytes"] for c in placement.copies),
+                           ops_per_target=placement.ops_per_target(),
+                           placement_crc=f"{zlib.crc32(repr(sorted(placement.assignment.items())).encode()):08x}")
+            rows.append(row)
+        print(f"{spec}: {len(found)} plans in {time.perf_counter() - t0:.0f} s", flush=True)
+    if not args.no_build:
+        build_plan_bundle(plans, args.bundle)
+    if args.out:
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(dict(targets=args.targets, caps=caps, plans=rows), f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

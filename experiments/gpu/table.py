@@ -1,0 +1,99 @@
+"""Issue 14's comparison table from a GPU box's plan records: every plan of every model, measured side by side.
+
+    python experiments/gpu/table.py experiments/results/<gpu box id>
+
+Reads ``raw/plan_records.jsonl`` (the bundle runner's ``kind="plan"`` records, one per plan and round) and
+``raw/plans_predicted.json`` (``experiments/gpu/plans.py --out``: predictions, copies, memory caps, which plans
+are one placement) and writes ``plans.csv`` (one row per model and plan) and ``summary.csv`` (one row per model:
+autoplace against the best other plan that fits the memory caps), and prints both.
+
+Times: each round's record is the median of ``samples`` timed calls (each a mean over at least 10 ms of calls);
+``median_us`` is the median of the rounds' medians, ``min_us``/``max_us`` the extremes over every round.
+``error`` is predicted / measured median - 1. Plans with the same ``placement`` letter are one placement,
+built and timed separately: their differences are the noise of this box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+
+def plan_table(folder: str) -> pd.DataFrame:
+    records = [json.loads(line) for line in open(os.path.join(folder, "raw", "plan_records.jsonl"))]
+    with open(os.path.join(folder, "raw", "plans_predicted.json")) as f:
+        predicted = json.load(f)
+    by_key: dict = {}
+    for r in records:
+        if r.get("kind") == "plan" and r.get("status") == "ok":
+            by_key.setdefault(r["key"], []).append(r)
+    rows = []
+    for p in predicted["plans"]:
+        rounds = by_key.get(f"{p['model']}:{p['plan']}", [])
+        row = dict(model=p["model"], plan=p["plan"], predicted_us=p["predicted_us"], note=p["note"],
+                   placement_crc=p.get("placement_crc"), copies=p.get("copies"),
+                   copy_MB=(p["copy_bytes"] / 2**20) if p.get("copy_bytes") is not None else None,
+                   cpu_ops=(p.get("ops_per_target") or {}).get("cpu"), gpu_ops=(p.get("ops_per_target") or {}).get("gpu"),
+                   rounds=len(rounds))
+        if rounds:
+            row.update(median_us=float(np.median([r["median_us"] for r in rounds])),
+                       min_us=float(min(r["min_us"] for r in rounds)), max_us=float(max(r["max_us"] for r in rounds)))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["error"] = df["predicted_us"] / df["median_us"] - 1
+    df["fits_caps"] = ~df["note"].str.contains("over the memory cap|infeasible", regex=True)
+    # one letter per distinct placement of a model, so equal placements are visible
+    df["placement"] = ""
+    for _, group in df.groupby("model", sort=False):
+        letters = {}
+        for i, crc in group["placement_crc"].items():
+            if isinstance(crc, str):
+                df.loc[i, "placement"] = letters.setdefault(crc, "ABCDEFGHIJ"[len(letters)])
+    return df
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for model, group in df.groupby("model", sort=False):
+        auto = group[group["plan"] == "autoplace"].iloc[0]
+        others = group[(group["plan"] != "autoplace") & group["fits_caps"] & group["median_us"].notna()]
+        best = others.loc[others["median_us"].idxmin()]
+        other_placements = others[others["placement"] != auto["placement"]]
+        rival = other_placements.loc[other_placements["median_us"].idxmin()] if len(other_placements) else None
+        same = sorted(others.loc[others["placement"] == auto["placement"], "plan"])
+        rows.append(dict(
+            model=model, autoplace_median_us=auto["median_us"], autoplace_min_us=auto["min_us"],
+            autoplace_predicted_us=auto["predicted_us"], autoplace_error=auto["error"],
+            autoplace_gpu_ops=auto["gpu_ops"], autoplace_cpu_ops=auto["cpu_ops"], autoplace_copies=auto["copies"],
+            same_placement_as=",".join(same), best_other=best["plan"], best_other_median_us=best["median_us"],
+            best_other_placement=(rival["plan"] if rival is not None else None),
+            best_other_placement_median_us=(rival["median_us"] if rival is not None else np.nan),
+            best_other_placement_min_us=(rival["min_us"] if rival is not None else np.nan),
+            speedup_vs_best_other_placement=((rival["median_us"] / auto["median_us"]) if rival is not None else np.nan),
+        ))
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder")
+    args = parser.parse_args(argv)
+    df = plan_table(args.folder)
+    summary = summary_table(df)
+    df.drop(columns=["placement_crc"]).to_csv(os.path.join(args.folder, "plans.csv"), index=False, float_format="%.4g")
+    summary.to_csv(os.path.join(args.folder, "summary.csv"), index=False, float_format="%.4g")
+    shown = df[["model", "plan", "placement", "cpu_ops", "gpu_ops", "copies", "copy_MB", "predicted_us", "median_us",
+                "min_us", "max_us", "error", "fits_caps"]]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print()
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
