@@ -119,6 +119,43 @@ class _TenPerOp:
         return 1.0
 
 
+def test_a_device_kernel_overlaps_the_vms_call_and_a_group_fused_otherwise_costs_its_parts():
+    """On the host a kernel costs its time plus the VM's call; on a CUDA device the call overlaps the kernel
+    before it, so the larger of the two (H200 box: the sum priced all-GPU bert-base 59% high). A group the
+    device computes with other kernels inside it costs their sum; one a device kernel crosses is unsupported."""
+    from types import SimpleNamespace
+
+    from autoplace.graph import unit_graph
+    from autoplace.graph.unit_graph import _exact_cover
+    from autoplace.profile.units import units_by_kind
+
+    class FiveUsCalls(_TenPerOp):
+        def launch_us(self, label):
+            return 5.0
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(out)
+    model = autoplace.load_model(bb.get())
+    graph = autoplace.op_graph(model)
+    targets = autoplace.TargetSet({"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}})
+    units = unit_graph(graph, units_by_kind(model, graph, targets), FiveUsCalls(), targets)
+    (relu,) = [n for n, d in units.graph.nodes(data=True) if d.get("kind") == "unit"]
+    assert units.graph.nodes[relu]["latency_us"] == {"cpu": 15.0, "gpu": 10.0}
+
+    def unit(*nodes):
+        return SimpleNamespace(nodes=list(nodes))
+
+    inside = [unit("a", "b"), unit("c"), unit("d", "e")]
+    assert _exact_cover(["a", "b", "c", "x"], inside, computed={"a", "b", "c", "d", "e"}) == inside[:2]  # x folded
+    assert _exact_cover(["a", "b", "c", "d"], inside, computed={"a", "b", "c", "d", "e"}) == []  # (d, e) crosses
+    assert _exact_cover(["a", "b", "c", "y"], inside[:2], computed={"a", "b", "c", "y"}) == []  # y computed elsewhere
+    assert _exact_cover(["c"], inside, computed={"c"}) == []
+
+
 def test_unit_graph_of_a_small_module_exactly():
     """x -> matmul(x, w) -> relu -> softmax, and sum(x), returned as a tuple: FuseOps puts matmul+relu in one
     kernel; the solver's graph has three kernels, the input and the output, with the tensors' exact bytes."""

@@ -75,7 +75,13 @@ def test_contradictory_pins_in_one_kernel(zoo_models):
         autoplace.optimize(zoo_models["mlp"], None, TWO, pins={matmul: "cpu0", relu: "cpu1"})
 
 
-def test_target_without_profile_or_cost_model(zoo_models, tmp_path):
+def test_target_without_profile_or_cost_model(zoo_models, tmp_path, monkeypatch):
+    import shutil
+
+    from autoplace.profile import default_profiles_root
+
+    shutil.copytree(os.path.join(default_profiles_root(), "amd-epyc-2c"), tmp_path / "amd-epyc-2c")  # no GPU profile
+    monkeypatch.setenv("AUTOPLACE_PROFILES", str(tmp_path))
     with pytest.raises(CostError, match="no profile measures target kind 'cuda'.*autoplace profile"):
         autoplace.optimize(zoo_models["mlp"], None, {"cpu": "llvm", "gpu": "cuda"})
 
