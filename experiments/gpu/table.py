@@ -9,7 +9,8 @@ autoplace against the best other plan that fits the memory caps), and prints bot
 
 Times: each round's record is the median of ``samples`` timed calls (each a mean over at least 10 ms of calls);
 ``median_us`` is the median of the rounds' medians, ``min_us``/``max_us`` the extremes over every round.
-``error`` is predicted / measured median - 1. Plans with the same ``placement`` letter are one placement,
+``error`` is predicted / measured median - 1. With ``raw/plans_repriced.json`` (``plans.py --no-build`` run by later
+code on the same profile) ``repriced_us``/``repriced_error`` price the same placements again: no new measurement. Plans with the same ``placement`` letter are one placement,
 built and timed separately: their differences are the noise of this box.
 """
 
@@ -46,6 +47,12 @@ def plan_table(folder: str) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     df["error"] = df["predicted_us"] / df["median_us"] - 1
+    repriced_path = os.path.join(folder, "raw", "plans_repriced.json")
+    if os.path.exists(repriced_path):  # the same plans priced again by later code (no new measurement)
+        with open(repriced_path) as f:
+            repriced = {(p["model"], p.get("placement_crc")): p["predicted_us"] for p in json.load(f)["plans"]}
+        df["repriced_us"] = [repriced.get((m, crc), np.nan) for m, crc in zip(df["model"], df["placement_crc"])]
+        df["repriced_error"] = df["repriced_us"] / df["median_us"] - 1
     df["fits_caps"] = ~df["note"].str.contains("over the memory cap|infeasible", regex=True)
     # one letter per distinct placement of a model, so equal placements are visible
     df["placement"] = ""
@@ -88,7 +95,7 @@ def main(argv=None) -> int:
     df.drop(columns=["placement_crc"]).to_csv(os.path.join(args.folder, "plans.csv"), index=False, float_format="%.4g")
     summary.to_csv(os.path.join(args.folder, "summary.csv"), index=False, float_format="%.4g")
     shown = df[["model", "plan", "placement", "cpu_ops", "gpu_ops", "copies", "copy_MB", "predicted_us", "median_us",
-                "min_us", "max_us", "error", "fits_caps"]]
+                "min_us", "max_us", "error", "fits_caps"] + (["repriced_us", "repriced_error"] if "repriced_us" in df else [])]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print()
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
