@@ -207,7 +207,8 @@ def _manual(text: str | None, targets) -> dict | None:
 
 
 def _check_method(method: str, targets) -> None:
-    methods = ["auto", "ilp", "mincut", "greedy", "brute_force"] + [f"all:{t}" for t in targets]
+    methods = (["auto", "ilp", "mincut", "greedy", "brute_force"] + [f"all:{t}" for t in targets]
+               + [f"memory-greedy:{t}" for t in list(targets)[1:]])
     if method not in methods:
         raise PlacementError(f"--method {method!r} is not a method: choose one of {methods}")
 
@@ -572,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("optimize", help="place a model, write the annotated module, plan and picture",
                        epilog=EXAMPLES["optimize"], formatter_class=argparse.RawDescriptionHelpFormatter)
     model_args(p)
-    p.add_argument("--method", default="auto", help="auto (default), ilp, mincut, greedy, all:<target>")
+    p.add_argument("--method", default="auto",
+                   help="auto (default), ilp, mincut, greedy, all:<target>, memory-greedy:<target>")
     p.add_argument("--time-limit", type=_positive_seconds, default=10.0, help="solver time limit in seconds")
     p.add_argument("--out", default="out", help="output folder (default: out)")
     p.set_defaults(func=cmd_optimize)

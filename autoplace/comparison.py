@@ -34,7 +34,7 @@ def _unit_assignment(result: OptimizeResult, op_assignment: dict) -> dict:
 
 def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
             result: OptimizeResult | None = None, rounds: int = 5, repeat: int = 3, check: bool = True,
-            rpc=None, **optimize_kwargs) -> pd.DataFrame:
+            rpc=None, memory_greedy: bool | None = None, **optimize_kwargs) -> pd.DataFrame:
     """Measure autoplace's plan against the baselines and manual placements, in one process.
 
     Parameters
@@ -45,6 +45,10 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         (e.g. ``{"seed 002": {"relax.nn.conv2d": "gpu", "relax.matmul": "gpu"}}``).
     baselines : bool
         Include ``all:<target>`` for every target, and ``greedy``.
+    memory_greedy : bool, optional
+        Include ``memory-greedy:<target>`` for every target but the first: that target filled in model order
+        until its memory cap, the rest on the first (Hugging Face accelerate's ``device_map="auto"``). Default:
+        for the targets ``memory_bytes`` caps (without a cap it is ``all:<target>``).
     result : OptimizeResult, optional
         Reuse an optimize result instead of solving again.
     rounds, repeat : int
@@ -95,7 +99,10 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         placed = result._placed()  # a result read from a file has no module to build: says so
         _check_options(placed.model, placed.graph, result.targets, manual, rounds, repeat)
     model = result.placement.model
-    plans = candidate_plans(result, manual=manual, baselines=baselines)
+    capped = [t for t, cap in zip(result.problem.targets[1:], result.problem.memory_bytes[1:]) if np.isfinite(cap)]
+    if memory_greedy is None:
+        memory_greedy = capped if baselines else []
+    plans = candidate_plans(result, manual=manual, baselines=baselines, memory_greedy=memory_greedy)
     if rpc is not None:
         from .profile.rpc import time_plans
 
@@ -128,13 +135,14 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
 
 
 def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
-                    memory_greedy: bool = False) -> dict:
+                    memory_greedy=False) -> dict:
     """Every plan :func:`compare` times, built but not run: ``{label: (predicted_us, placement, note)}``.
 
     ``autoplace`` (``result``'s plan), with ``baselines`` ``all:<target>`` for every target and ``greedy``,
-    with ``memory_greedy`` also ``memory-greedy:<target>`` for every target but the first (that target filled
-    in model order until its memory cap, the rest on the first target: accelerate's ``device_map="auto"``,
-    :func:`autoplace.solve.baselines.memory_greedy`), then ``manual:<label>`` for each manual assignment.
+    with ``memory_greedy`` (True, or a list of target names) also ``memory-greedy:<target>`` for every target but
+    the first, or for those listed (that target filled in model order until its memory cap, the rest on the first
+    target: accelerate's ``device_map="auto"``, :func:`autoplace.solve.baselines.memory_greedy`), then
+    ``manual:<label>`` for each manual assignment.
     Baselines ignore memory caps, except memory-greedy, whose point they are; a note says when a plan breaks a
     cap. An infeasible baseline has ``(None, None, why)``.
     """
@@ -145,7 +153,8 @@ def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | N
     invoke_us = result.predicted_us - result.plan.objective_us  # the same for every plan
     methods = ([f"all:{t}" for t in targets] + ["greedy"]) if baselines else []
     if memory_greedy:
-        methods += [f"memory-greedy:{t}" for t in list(targets)[1:]]
+        chosen = list(targets)[1:] if memory_greedy is True else [t for t in memory_greedy if t != list(targets)[0]]
+        methods += [f"memory-greedy:{t}" for t in chosen]
     # Baselines ignore memory caps (the table says when one breaks a cap); the solver's own
     # "all:<target>" keeps pinned nodes (inputs, outputs, user pins) where they are pinned.
     uncapped = _uncapped(result.problem)

@@ -96,6 +96,23 @@ def test_compare_table_has_every_plan_and_checks_numbers(zoo_models):
     assert table.loc["autoplace", "predicted_us"] <= table["predicted_us"].min() + 1e-9
 
 
+def test_compare_adds_memory_greedy_for_a_capped_device(zoo_models):
+    """With a memory cap on a device other than the host, compare() also times accelerate's device_map="auto":
+    that device filled in model order until the cap, the rest on the host; the solver's plan respects the cap
+    and is never predicted slower."""
+    import numpy as np
+
+    model = zoo_models["mlp"]
+    weights = sum(int(np.asarray(p).nbytes) for p in model.params)
+    table = autoplace.compare(model, None, TWO, rounds=1, repeat=2, memory_bytes={"cpu1": weights // 2})
+    assert "memory-greedy:cpu1" in table.index and "memory-greedy:cpu0" not in table.index
+    row = table.loc["memory-greedy:cpu1"]
+    assert 0 < row["ops_cpu1"] < row["ops_cpu1"] + row["ops_cpu0"]  # split: the cap holds part of the model
+    assert table.loc["autoplace", "predicted_us"] <= row["predicted_us"] + 1e-9
+    plain = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=1, repeat=2)
+    assert not any(label.startswith("memory-greedy") for label in plain.index)  # no cap: it is all:cpu1
+
+
 def test_cli_optimize_show_and_help(tmp_path):
     env = dict(os.environ, MPLBACKEND="Agg")
     out = tmp_path / "out"
