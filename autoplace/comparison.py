@@ -153,7 +153,8 @@ def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | N
     invoke_us = result.predicted_us - result.plan.objective_us  # the same for every plan
     methods = ([f"all:{t}" for t in targets] + ["greedy"]) if baselines else []
     if memory_greedy:
-        chosen = list(targets)[1:] if memory_greedy is True else [t for t in memory_greedy if t != list(targets)[0]]
+        host, *devices = list(targets)
+        chosen = devices if memory_greedy is True else [t for t in memory_greedy if t != host]
         methods += [f"memory-greedy:{t}" for t in chosen]
     # Baselines ignore memory caps (the table says when one breaks a cap); the solver's own
     # "all:<target>" keeps pinned nodes (inputs, outputs, user pins) where they are pinned.
