@@ -302,6 +302,26 @@ def test_bundle_rounds_merge_per_item_in_round_order_and_keep_a_failure():
     assert [r["status"] for r in merge_bundle_rounds([ok("a", 1, 1.0), failed, ok("a", 3, 1.0)])] == ["error"]
 
 
+def test_a_plan_bundle_can_carry_yardstick_kernels_from_the_profile_bundle(tmp_path):
+    """``experiments/gpu/plans.py --yardstick``: a few kernels of the profile bundle timed with the plans, so plans
+    timed on another box than the profile's (a fresh GPU box each call) say how that box differs."""
+    import autoplace
+    from autoplace.profile.remote import build_bundle, build_plan_bundle
+    from experiments.gpu.plans import add_yardstick
+
+    profile = tmp_path / "profile"
+    build_bundle([zoo.get("mlp")], {"cpu0": "llvm"}, str(profile), copy_sizes=())
+    plans = tmp_path / "plans"
+    build_plan_bundle({("seed003", "all"): autoplace.place(zoo.seed003(), None, {}, {"cpu0": "llvm"})}, str(plans))
+    assert add_yardstick(str(profile), str(plans), 2) == 2
+    subprocess.run([sys.executable, str(plans / "runner.py"), str(plans), "--repeat", "2", "--min-repeat-ms", "1"],
+                   check=True, timeout=300, cwd=str(tmp_path))
+    records = [json.loads(line) for line in (plans / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["kind"] for r in records) == ["plan", "unit", "unit"]
+    assert all(r["status"] == "ok" for r in records) and all(r["in_model_median_us"] > 0 for r in records
+                                                             if r["kind"] == "unit")
+
+
 def test_a_runner_that_died_on_an_item_skips_it_when_resumed(tmp_path):
     """A kernel that kills the process (a crash in the driver, say) must not kill every resumed run too: the runner
     keeps the item in flight in ``OUT.current``, and a runner that finds one without its record writes that record

@@ -37,6 +37,34 @@ def _parse_caps(items):
     return caps
 
 
+def add_yardstick(profile_bundle: str, plan_bundle: str, per_target: int) -> int:
+    """Copy ``per_target`` kernels of each target (spread over the profile bundle's kernels) into the plan bundle,
+    with the streaming kernel CPU kernels are timed in-model with; returns how many."""
+    import shutil
+
+    with open(os.path.join(profile_bundle, "manifest.json")) as f:
+        source = json.load(f)
+    path = os.path.join(plan_bundle, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    chosen = []
+    for kind in sorted({u["kind"] for u in source["units"]}):
+        units = [u for u in source["units"] if u["kind"] == kind]
+        step = max(1, len(units) // max(1, per_target))
+        chosen += units[::step][:per_target]
+    for item in chosen + ([dict(file=source["stream"])] if source.get("stream") else []):
+        os.makedirs(os.path.dirname(os.path.join(plan_bundle, item["file"])), exist_ok=True)
+        shutil.copy(os.path.join(profile_bundle, item["file"]), os.path.join(plan_bundle, item["file"]))
+    manifest["units"] = manifest.get("units", []) + chosen
+    for key in ("stream", "stream_parallel_min"):
+        if key in source:
+            manifest[key] = source[key]
+    with open(path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return len(chosen)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", required=True)
@@ -46,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-cap-mb", nargs="*", default=[], help="MODEL=MB: the GPU's memory cap for MODEL")
     parser.add_argument("--out", help="JSON of every plan's prediction and copies")
     parser.add_argument("--no-build", action="store_true", help="only write --out (the plans are not compiled)")
+    parser.add_argument("--yardstick", nargs=2, metavar=("PROFILE_BUNDLE", "N"),
+                        help="also time N kernels of each target from the profile bundle with the plans: if the "
+                             "plans land on another box than the profile, their times say how it differs")
     args = parser.parse_args(argv)
 
     from autoplace import zoo
@@ -86,6 +117,8 @@ def main(argv=None) -> int:
         print(f"{spec}: {len(found)} plans in {time.perf_counter() - t0:.0f} s", flush=True)
     if not args.no_build:
         build_plan_bundle(plans, args.bundle)
+        if args.yardstick:
+            add_yardstick(args.yardstick[0], args.bundle, int(args.yardstick[1]))
     if args.out:
         with open(args.out + ".tmp", "w") as f:
             json.dump(dict(targets=args.targets, caps=caps, plans=rows), f, indent=1)

@@ -26,7 +26,8 @@ import pandas as pd
 
 
 def plan_table(folder: str) -> pd.DataFrame:
-    records = [json.loads(line) for line in open(os.path.join(folder, "raw", "plan_records.jsonl"))]
+    with open(os.path.join(folder, "raw", "plan_records.jsonl")) as f:
+        records = [json.loads(line) for line in f]
     with open(os.path.join(folder, "raw", "plans_predicted.json")) as f:
         predicted = json.load(f)
     by_key: dict = {}
