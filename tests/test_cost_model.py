@@ -422,6 +422,19 @@ def test_cost_table_launch_and_copy_costs(records):
         table.copy_cost("llvm:0", "cuda:0")
 
 
+def test_cost_table_prices_copies_between_their_measured_sizes(records):
+    """A pair whose copies the profile measured size by size is priced between those sizes (each size's median over
+    its records), not by the fit: the fit stays what ``copy_cost`` unpacks to."""
+    rows = [dict(kind="copy", key=str(n), target="llvm:1->llvm:0", status="ok", nbytes=n, median_us=us)
+            for n, us in ((4096, 1.0), (1 << 20, 40.0), (1 << 20, 60.0), (4 << 20, 400.0))]
+    rows.append(dict(kind="copy_fit", key="fit", target="llvm:1->llvm:0", status="ok", alpha_us=0.5, us_per_byte=5e-5))
+    table = CostTable(pd.concat([records, pd.DataFrame(rows)], ignore_index=True))
+    assert table.copy_cost("llvm:1", "llvm:0") == (0.5, 5e-5)
+    assert table.copy_us("llvm:1", "llvm:0", 1 << 20) == pytest.approx(50.0)  # median of the two records
+    assert table.copy_us("llvm:1", "llvm:0", 2.5 * (1 << 20)) == pytest.approx(225.0)
+    assert table.copy_us("llvm:0", "llvm:1", 1e6) == pytest.approx(0.6 + 30.0)  # no sizes measured: the fit
+
+
 def test_cost_table_trains_a_named_model_and_loads_a_saved_one(records, model, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ForeignProfileWarning)

@@ -161,6 +161,39 @@ def test_memory_cap_forces_second_best():
         solve(p, "all:gpu")
 
 
+def test_copies_measured_size_by_size_are_priced_between_the_sizes_not_by_the_line():
+    """Pageable device-to-host copies are no line (H200 box: 4 MB in 328 us, 16 MB in 8.9 ms): a pair with measured
+    sizes is priced by interpolating them (the last slope above them, the smallest time below), in the problem's
+    copy table, its check and its JSON round trip alike."""
+    from autoplace.solve import CopyCost
+
+    curve = CopyCost(10.0, 1e-4, [(1024, 9.0), (4 << 20, 328.0), (16 << 20, 8933.0)])
+    assert curve.latency_us(4 << 20) == pytest.approx(328.0)
+    assert curve.latency_us(10 << 20) == pytest.approx(328.0 + (8933.0 - 328.0) / 2)
+    assert curve.latency_us(32 << 20) == pytest.approx(8933.0 + 16 * (8933.0 - 328.0) / 12)
+    assert curve.latency_us(4) == pytest.approx(9.0) and tuple(curve) == (10.0, 1e-4) and curve == (10.0, 1e-4)
+    line = CopyCost(10.0, 1e-4)
+    assert line.latency_us(16 << 20) == pytest.approx(10.0 + 1e-4 * (16 << 20))
+
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("big", latency_us={"cpu": 5000.0, "gpu": 10.0}, output_bytes=16 << 20)
+    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
+    g.add_edge("x", "big", nbytes=4)
+    g.add_edge("big", "out", nbytes=16 << 20)
+    down = CopyCost(8.7, 9.87e-5, [(4, 8.5), (4 << 20, 328.0), (16 << 20, 8933.0)])
+    p = PlacementProblem.from_graph(g, {("cpu", "gpu"): CopyCost(15.0, 6e-5), ("gpu", "cpu"): down})
+    # by the line the 16 MB result comes back in 1.7 ms and the GPU wins; measured, 8.9 ms: the host keeps it
+    linear = PlacementProblem.from_graph(g, {("cpu", "gpu"): (15.0, 6e-5), ("gpu", "cpu"): (8.7, 9.87e-5)})
+    assert solve(linear, "auto").assignment["big"] == "gpu"
+    plan = solve(p, "auto")
+    assert plan.assignment["big"] == "cpu" and plan.objective_us == pytest.approx(5000.0)
+    gpu = solve(p, "all:gpu")
+    assert gpu.objective_us == pytest.approx(10.0 + 15.0 + 6e-5 * 4 + 8933.0)
+    again = PlacementProblem.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert np.allclose(again.copy_latency_us, p.copy_latency_us)
+
+
 def test_memory_greedy_fills_the_gpu_in_model_order_and_puts_the_rest_on_the_host():
     """accelerate's ``device_map="auto"``: a chain of four layers (weights 600 B each) on a GPU of 1300 B holds
     the first two; the third and everything after it go to the host, even the fourth, which would fit alone

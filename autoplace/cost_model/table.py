@@ -244,6 +244,8 @@ class CostTable:
         self.per_arg_: dict = {}
         self.alloc_: dict = {}
         self.copy_: dict = {}
+        #: ``{"src->dst": [(bytes, us), ...]}``: the copies measured size by size (priced between them, not by the fit).
+        self.copy_points_: dict = {}
         #: ``{device label: fit_vm_overhead(...)}`` where the end-to-end records replaced the probes.
         self.overhead_fit_: dict = {}
         #: ``{device label: fit_vm_overhead(..., in_context=True)}``: the VM's overhead besides kernels timed in
@@ -281,6 +283,10 @@ class CostTable:
                             into[str(rec["target"])] = float(value)
             for _, rec in df[df["kind"] == "copy_fit"].iterrows():
                 self.copy_[str(rec["target"])] = (float(rec["alpha_us"]), float(rec["us_per_byte"]))
+            copies = df[(df["kind"] == "copy") & (status == "ok")] if "nbytes" in df else df.iloc[:0]
+            for label, rows in copies.groupby("target"):  # each size's median over the profile's records of it
+                sizes = rows.groupby("nbytes")["median_us"].median()
+                self.copy_points_[str(label)] = list(zip(sizes.index.astype(float), sizes.to_numpy(dtype=float)))
             self._fit_overheads(df)
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
@@ -638,19 +644,22 @@ class CostTable:
         extra += self.alloc_.get(label, 0.0) * max(0, int(output_bytes))
         return self.invoke_[label] + extra
 
-    def copy_cost(self, src_label: str, dst_label: str) -> tuple[float, float]:
-        """``(alpha_us, us_per_byte)`` of copying from one device to another (``"llvm:0"``, ``"cuda:0"``).
+    def copy_cost(self, src_label: str, dst_label: str):
+        """The :class:`~autoplace.solve.problem.CopyCost` of copying from one device to another (``"llvm:0"``,
+        ``"cuda:0"``): its fit, and its measured sizes where the profile has them. Unpacks as ``alpha_us, us_per_byte``.
 
         A copy to the same device is free. A pair without its own fit takes the mean of the fits
         between devices of the same kinds in the same direction; with none,
         :class:`~autoplace.errors.CopyCostError` (a ``CostError``, and a ``KeyError``) saying what to profile.
         """
+        from ..solve.problem import CopyCost
+
         src, dst = str(src_label), str(dst_label)
         if src == dst:
-            return 0.0, 0.0
+            return CopyCost(0.0, 0.0)
         pair = f"{src}->{dst}"
         if pair in self.copy_:
-            return self.copy_[pair]
+            return CopyCost(*self.copy_[pair], points=self.copy_points_.get(pair))
         kinds = (kind_of_label(src), kind_of_label(dst))
         same = [
             v
@@ -658,7 +667,7 @@ class CostTable:
             if "->" in k and tuple(kind_of_label(p) for p in k.split("->", 1)) == kinds
         ]
         if same:
-            return float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same]))
+            return CopyCost(float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same])))
         import json
 
         from ..errors import CopyCostError
@@ -687,9 +696,9 @@ class CostTable:
         )
 
     def copy_us(self, src_label: str, dst_label: str, nbytes: float) -> float:
-        """Predicted time of one copy of ``nbytes`` bytes: ``alpha_us + nbytes * us_per_byte``."""
-        alpha, per_byte = self.copy_cost(src_label, dst_label)
-        return 0.0 if src_label == dst_label else alpha + float(nbytes) * per_byte
+        """Predicted time of one copy of ``nbytes`` bytes: between the measured sizes where the profile has them
+        (:class:`~autoplace.solve.problem.CopyCost`), else ``alpha_us + nbytes * us_per_byte``."""
+        return 0.0 if src_label == dst_label else float(self.copy_cost(src_label, dst_label)(nbytes))
 
     def __repr__(self) -> str:
         return (

@@ -51,9 +51,7 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
             d = p.targets.index(dst)
             present[dst].add(i)
             if not p.resident[i]:
-                copy_us += float(p.copy_alpha_us[s, d]) + float(p.tensor_nbytes[t]) * float(
-                    p.copy_us_per_byte[s, d]
-                )
+                copy_us += p.copy_us(s, d, float(p.tensor_nbytes[t]))
     memory = {
         t: float(sum(int(p.weight_bytes[i]) + int(p.output_bytes[i]) for i in nodes))
         for t, nodes in present.items()
