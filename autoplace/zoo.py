@@ -13,7 +13,13 @@ name                  what it is
 ``seed003``           ``(a+b)-(b+c)``, the shared-input graph TVM's device planner fails on
 ``inception``         Inception-style CNN: parallel conv branches, channel concat, split, depthwise conv
 ``bert_base``         BERT-base-size encoder (hidden 768, 12 layers, seq 128), for the profiler benchmark
+``detect``            a one-stage detector with its pre- and post-processing in the model: a uint8 HWC
+                      image normalised, a conv backbone, per-anchor class scores and boxes, then the
+                      best class per anchor, top-k anchors (``topk``: a sort), gathered and decoded boxes
 ====================  ==============================================================================
+
+``detect`` is not in :data:`ZOO` (which tests and zoo-wide experiments iterate): it is for CPU+GPU comparisons,
+where a sort may run better on the host than the backbone does.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from .errors import ModelError
 from .frontend import Model, load_model
 
 ZOO = ("mlp", "cnn", "bert", "seed003", "inception")
+#: Zoo models outside :data:`ZOO`, named like them (``detect``, ``detect-base``).
+EXTRA = ("detect",)
 
 
 def _torch():
@@ -152,6 +160,40 @@ def inception(size: str = "small") -> Model:
     return load_model(net.eval(), example_inputs=(torch.randn(*shape),), name="inception")
 
 
+def detect(size: str = "small") -> Model:
+    """A one-stage detector, pre- and post-processing included (see the module docstring): small, a 32x32 image,
+    8 classes, the best 10 of 64 anchors; base, a 256x256 image, 80 classes, the best 100 of 4096 anchors."""
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Detector(nn.Module):
+        def __init__(self, c, classes, k):
+            super().__init__()
+            self.k = k
+            self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
+            self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+            self.backbone = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1), nn.ReLU(), nn.Conv2d(c, 2 * c, 3, 2, 1), nn.ReLU(),
+                                          nn.Conv2d(2 * c, 2 * c, 3, 1, 1), nn.ReLU())
+            self.cls = nn.Conv2d(2 * c, classes, 1)
+            self.box = nn.Conv2d(2 * c, 4, 1)
+
+        def forward(self, image):  # (1, H, W, 3) uint8
+            x = (image.permute(0, 3, 1, 2).float() - self.mean) / self.std
+            features = self.backbone(x)
+            scores = torch.sigmoid(self.cls(features)).flatten(2).transpose(1, 2)  # (1, anchors, classes)
+            boxes = self.box(features).flatten(2).transpose(1, 2)  # (1, anchors, 4)
+            best, _ = scores.max(dim=2)
+            top, index = torch.topk(best, self.k, dim=1)
+            chosen = torch.gather(boxes, 1, index.unsqueeze(-1).expand(-1, -1, 4))
+            centre, size = chosen[..., :2], torch.exp(chosen[..., 2:])
+            return torch.cat([centre - size / 2, centre + size / 2, top.unsqueeze(-1)], dim=-1)
+
+    net, pixels = (Detector(8, 8, 10), 32) if size == "small" else (Detector(32, 80, 100), 256)
+    image = torch.randint(0, 256, (1, pixels, pixels, 3), dtype=torch.uint8)
+    return load_model(net.eval(), example_inputs=(image,), name="detect")
+
+
 def seed003(size: str = "small") -> Model:
     """``(a+b)-(b+c)`` on (5, 7) float32 tensors (seed 003), built with ``relax.BlockBuilder``."""
     from tvm import relax
@@ -175,7 +217,7 @@ SIZES = ("small", "base")
 def _unknown(name: str) -> ModelError:
     import difflib
 
-    choices = list(ZOO) + ["bert_base"]
+    choices = list(ZOO) + list(EXTRA) + ["bert_base"]
     close = difflib.get_close_matches(str(name), choices, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return ModelError(f"no zoo model {name!r}{hint}; the zoo has {choices} (add -base for the base size)")
@@ -202,7 +244,7 @@ def check_spec(spec: str) -> tuple[str, str]:
             raise ModelError(f"zoo model {spec!r}: 'bert_base' has one size; write bert_base (or bert-base for the "
                              "base-size BERT)")
         return name, "small"
-    if name not in ZOO:
+    if name not in ZOO + EXTRA:
         raise _unknown(name)
     size = size or "small"
     if size not in SIZES:
@@ -222,7 +264,7 @@ def get(name: str, size: str = "small") -> Model:
 
     if name in architectures.ARCHITECTURES:  # the architecture suite: llama, gpt2, t5-encoder, ...
         return architectures.get(name, size)
-    makers = {"mlp": mlp, "cnn": cnn, "bert": bert, "seed003": seed003, "inception": inception}
+    makers = {"mlp": mlp, "cnn": cnn, "bert": bert, "seed003": seed003, "inception": inception, "detect": detect}
     if name == "bert_base":
         return bert("bert_base")
     if name not in makers:

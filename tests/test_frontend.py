@@ -152,6 +152,32 @@ def test_scalar_operands_of_cuda_kernels_compile():
     build(placement.mod)  # compiles the CUDA kernels with nvcc; running them needs a GPU
 
 
+def test_a_detector_with_its_top_k_lowers_for_a_gpu_and_runs_on_the_cpu():
+    """``zoo.get("detect")``: a model whose post-processing sorts (``topk``). TVM's GPU sort reads
+    Target.current() while ``DispatchSortScan`` runs, which failed without one ("Target context required"): the
+    lowering gives it the module's GPU target. On the CPU it returns the 10 best anchors, best first."""
+    from autoplace import zoo
+    from autoplace.backend import lower
+    from autoplace.profile.units import extract_units
+
+    model = zoo.parse("detect")
+    graph = autoplace.op_graph(model)
+    assert "relax.topk" in {d.get("op") for _, d in graph.nodes(data=True)}
+    targets = {"cpu": "llvm", "gpu": {"kind": "cuda", "arch": "sm_90"}}
+    ops = {d["op"] for _, d in graph.nodes(data=True) if d.get("kind") == "op"}
+    mixed = autoplace.place(model, None, {**{op: "gpu" for op in ops}, "relax.topk": "cpu"}, targets)
+    lowered = lower(mixed.mod)
+    kinds = {f.attrs["target"].kind.name for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert kinds == {"llvm", "cuda"}
+    gpu_units = extract_units(model, tvm.target.Target(targets["gpu"]), graph=graph)
+    assert any("relax.topk" in u.ops for u in gpu_units)  # the sort as a CUDA kernel, for the profiler
+    image = model.random_inputs(seed=0)
+    (out,) = autoplace.place(model, None, {}, {"cpu": "llvm"}).run(*image)
+    assert out.shape == (1, 10, 5) and np.isfinite(out).all()
+    scores = out[0, :, 4]
+    assert (np.diff(scores) <= 1e-6).all() and ((scores > 0) & (scores < 1)).all()  # top-k: sorted sigmoids
+
+
 def _unnormalized(net, x):
     import torch
     from tvm.relax.frontend import detach_params

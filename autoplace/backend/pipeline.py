@@ -16,6 +16,8 @@ attribute (which carries that ``mcpu``); :func:`single_device_build` applies the
 
 from __future__ import annotations
 
+import contextlib
+
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -235,10 +237,14 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: 
     types = _vdevice_types(mod["main"])  # before RealizeVDevice, which drops some (arange's)
     mod = relax.transform.RealizeVDevice()(mod)
     legalize = relax.transform.LegalizeOps(cpu_legalize_map() if schedule_cpu else None)
-    mod = tvm.transform.Sequential(
-        [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), legalize]
-    )(mod)
     vdevices = mod.global_infos.get("vdevice") if mod.global_infos else None
+    # DispatchSortScan builds a GPU sort/top-k/scan with TVM's GPU sort, which reads Target.current() (its
+    # thread count) and fails without one: give it the module's first GPU target (CPU calls do not read it).
+    gpu = next((v.target for v in vdevices or [] if v.target.kind.name != "llvm"), None)
+    with gpu if gpu is not None else contextlib.nullcontext():
+        mod = tvm.transform.Sequential(
+            [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), legalize]
+        )(mod)
     mod["main"] = restore_vdevices(mod["main"], types, vdevices[0] if vdevices else None)
     mod = relax.transform.Normalize()(mod)
     # No FoldConstant: a folded constant would be copied to device 0 by the VM (apache/tvm#17884).
