@@ -242,9 +242,8 @@ def lower(mod: tvm.IRModule, *, fuse: bool = True, on_fused=None, schedule_cpu: 
     # thread count) and fails without one: give it the module's first GPU target (CPU calls do not read it).
     gpu = next((v.target for v in vdevices or [] if v.target.kind.name != "llvm"), None)
     with gpu if gpu is not None else contextlib.nullcontext():
-        mod = tvm.transform.Sequential(
-            [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), legalize]
-        )(mod)
+        mod = tvm.transform.Sequential([relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()])(mod)
+    mod = legalize(mod)
     mod["main"] = restore_vdevices(mod["main"], types, vdevices[0] if vdevices else None)
     mod = relax.transform.Normalize()(mod)
     # No FoldConstant: a folded constant would be copied to device 0 by the VM (apache/tvm#17884).
