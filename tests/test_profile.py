@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,6 +321,36 @@ def test_a_plan_bundle_can_carry_yardstick_kernels_from_the_profile_bundle(tmp_p
     assert sorted(r["kind"] for r in records) == ["plan", "unit", "unit"]
     assert all(r["status"] == "ok" for r in records) and all(r["in_model_median_us"] > 0 for r in records
                                                              if r["kind"] == "unit")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile CUDA kernels")
+def test_a_gpu_bundle_carries_cuda_machine_code_built_here(tmp_path):
+    """Without a GPU driver here TVM would store each CUDA kernel as CUDA C, which the GPU box compiles when it
+    loads it (~0.9 s a kernel on the H200 box); the bundle builder compiles it here (fatbin) against a stand-in
+    driver, and this machine still has no CUDA device. ``AUTOPLACE_CUDA_SOURCE=1`` keeps TVM's way."""
+    code = textwrap.dedent(f"""
+        import json, os, tvm
+        from autoplace import zoo
+        from autoplace.profile.remote import build_bundle
+        targets = {{"cpu": "llvm", "gpu": {{"kind": "cuda", "arch": "sm_90"}}}}
+        manifest = build_bundle([zoo.get("seed003")], targets, {str(tmp_path / "b")!r}, copy_sizes=(4,), log=lambda *a: 0)
+        files = [u["file"] for u in manifest["units"] if u["kind"] == "cuda"]
+        blobs = [open(os.path.join({str(tmp_path / "b")!r}, f), "rb").read() for f in files]
+        print(json.dumps(dict(code=manifest.get("cuda_code"), elf=[b[64:].count(b"\\x7fELF") for b in blobs],
+                              source=[b.count(b"__global__") for b in blobs], exist=tvm.cuda(0).exist)))
+        """)
+    for env, machine_code in (({}, True), ({"AUTOPLACE_CUDA_SOURCE": "1"}, False)):
+        if (tmp_path / "b").exists():
+            shutil.rmtree(tmp_path / "b")
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **env})
+        assert run.returncode == 0, run.stderr[-3000:]
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert out["exist"] is False and len(out["elf"]) == 1
+        if machine_code:
+            assert out["code"].startswith("machine code") and out["elf"] == [1] and out["source"] == [0]
+        else:
+            assert out["code"].startswith("CUDA C") and out["source"][0] > 0
 
 
 def test_a_runner_that_died_on_an_item_skips_it_when_resumed(tmp_path):

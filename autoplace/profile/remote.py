@@ -279,6 +279,7 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
     manifest = dict(tvm_version=tvm.__version__, rounds=int(rounds), targets={n: str(targets[n].target) for n in targets},
                     units=[], launch=[], copies=[], models=[])
+    _compile_cuda_here([targets[n].target for n in targets], manifest, log)
     seen = set()
     kinds = {}
     for name in targets:
@@ -324,6 +325,20 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
     log(f"bundle {bundle_dir}: {len(manifest['units'])} kernels ({failed} failed to compile), "
         f"{len(manifest['copies'])} copy probes, {len(manifest['launch'])} call-overhead probes")
     return manifest
+
+
+def _compile_cuda_here(targets, manifest: dict, log) -> None:
+    """CUDA kernels of a bundle as machine code, built here (:func:`autoplace.backend.cuda_codegen.enable`), not
+    CUDA C that the GPU box compiles when it loads each module; the manifest says which (``cuda_code``)."""
+    from ..backend import cuda_codegen
+
+    cuda = [t for t in targets if t.kind.name == "cuda"]
+    if not cuda:
+        return
+    machine_code = cuda_codegen.enable(cuda[0])
+    manifest["cuda_code"] = "machine code (fatbin/cubin)" if machine_code else "CUDA C (compiled on the box at load)"
+    if not machine_code:
+        log("CUDA kernels stay CUDA C (no nvcc or C compiler here): the GPU box compiles each module when it loads it")
 
 
 def merge_bundle_rounds(records: list) -> list:
@@ -424,6 +439,7 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
         with open(path) as f:
             manifest = json.load(f)
     manifest.setdefault("models", [])
+    _compile_cuda_here([p.targets[n].target for p in plans.values() for n in p.targets], manifest, log)
     for (model_name, label), placement in plans.items():
         safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")
         lib = os.path.join("lib", f"plan_{safe}.so")
