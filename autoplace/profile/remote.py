@@ -56,7 +56,13 @@ def kernel_item(unit, graph, model_name: str, kind: str, file: str) -> dict:
 
 
 def export_kernel(func_script: str, target_json: str, path: str) -> None:
-    """Compile one kernel (TVMScript, see :func:`~.measure.compile_kernel`) and write it as a library."""
+    """Compile one kernel (TVMScript, see :func:`~.measure.compile_kernel`) and write it as a library (a CUDA
+    kernel as machine code where :func:`autoplace.backend.cuda_codegen.enable` can, for a bundle or an RPC box)."""
+    target = tvm.target.Target(json.loads(target_json))
+    if target.kind.name == "cuda":
+        from ..backend import cuda_codegen
+
+        cuda_codegen.enable(target)
     compile_kernel(func_script, target_json).export_library(path)
 
 
