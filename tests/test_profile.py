@@ -615,7 +615,10 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
         assert len(record["round_in_model_medians_us"]) == 2
         assert record["in_model_median_us"] == pytest.approx(
             float(np.median(fastest_rounds(record["round_in_model_medians_us"]))))
-        assert 0.8 * record["median_us"] < record["in_model_median_us"] < 6 * record["median_us"] + 5
+        # About as slow as warm or slower, within what a shared host does: on a 2-core Xeon (family 6 model 207,
+        # 2026-11-26) mlp-base's matmuls read 0.45-0.66x warm in-model in some runs (warm 4.5 ms, in-model 2.5 ms),
+        # and at the session's start commit too: the host, not the timing code.
+        assert 0.4 * record["median_us"] < record["in_model_median_us"] < 6 * record["median_us"] + 5
     assert profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False,
                           rounds=2)["measured"] == 0  # nothing left to time
 
