@@ -341,11 +341,19 @@ def cmd_profile(args) -> int:
                              "--max-rounds 6), for a job on this machine (not --bundle or --rpc)")
     targets = _targets(args.targets)
     specs = _model_specs(args)
+    if (args.bundle_append or args.bundle_kinds) and not args.bundle:
+        raise AutoplaceError("--bundle-append and --bundle-kinds shape a bundle: give --bundle FOLDER too")
+    if args.bundle_kinds:
+        kinds = {targets[n].kind for n in targets}
+        unknown = sorted(set(args.bundle_kinds) - kinds)
+        if unknown:
+            raise AutoplaceError(f"--bundle-kinds {unknown}: no target of that kind in --targets (kinds: {sorted(kinds)})")
     if args.bundle:
         check_output_dir(args.bundle, "--bundle")
         from .profile.remote import build_bundle
 
-        build_bundle(_load(specs), targets, args.bundle, rounds=args.rounds)
+        build_bundle(_load(specs), targets, args.bundle, rounds=args.rounds, append=args.bundle_append,
+                     kernel_kinds=args.bundle_kinds)
         print(f"next, on the device machine (TVM runtime only): python {args.bundle}/runner.py {args.bundle}"
               + (f" (times every item {args.rounds} times, round by round)" if args.rounds > 1 else "") + "\n"
               f"then here: autoplace profile --merge {args.bundle}/records.jsonl")
@@ -555,6 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redo", nargs="+", action="extend", choices=["unit", "model", "launch", "copy", "copy_fit"],
                    help="measure these record kinds again (the newest record of a key wins)")
     p.add_argument("--bundle", help="compile into this folder for another machine instead of measuring here")
+    p.add_argument("--bundle-append", action="store_true",
+                   help="add to the bundle already in --bundle (its items stay) instead of starting a new one")
+    p.add_argument("--bundle-kinds", nargs="+", metavar="KIND",
+                   help="compile the models' kernels for these target kinds only (e.g. cuda: GPU training data)")
     p.add_argument("--merge", help="merge a records.jsonl written by a bundle's runner.py into --out")
     p.add_argument("--no-progress", action="store_true")
     _rpc_args(p)

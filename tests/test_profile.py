@@ -353,6 +353,28 @@ def test_a_gpu_bundle_carries_cuda_machine_code_built_here(tmp_path):
             assert out["code"].startswith("CUDA C") and out["source"][0] > 0
 
 
+def test_a_bundle_grows_by_appending_and_compiles_only_the_kinds_asked(tmp_path):
+    """``build_bundle(append=True)`` adds kernels to a bundle (its items stay, probes are not repeated);
+    ``kernel_kinds`` limits the models' kernels to some target kinds (GPU training data without CPU rounds). The CLI
+    refuses a kind no target has."""
+    from autoplace.profile.remote import build_bundle
+
+    bundle = tmp_path / "b"
+    first = build_bundle([zoo.get("seed003")], {"cpu": "llvm"}, str(bundle), copy_sizes=(), log=lambda *a: 0)
+    grown = build_bundle([zoo.get("mlp")], {"cpu": "llvm"}, str(bundle), copy_sizes=(), append=True, log=lambda *a: 0)
+    mlp_units = {u.key for u in extract_units(zoo.get("mlp"), "llvm")}
+    assert {u["record"]["key"] for u in grown["units"]} == {u["record"]["key"] for u in first["units"]} | mlp_units
+    assert len(grown["launch"]) == len(first["launch"]) and grown["stream"] == first["stream"]
+    assert json.loads((bundle / "manifest.json").read_text())["units"] == grown["units"]
+    none = build_bundle([zoo.get("mlp")], {"cpu": "llvm"}, str(tmp_path / "c"), copy_sizes=(), kernel_kinds={"cuda"},
+                        log=lambda *a: 0)
+    assert none["units"] == [] and none["launch"]  # no kernel of that kind; the probes of the targets still
+    run = subprocess.run([sys.executable, "-m", "autoplace", "profile", "--zoo", "mlp", "--targets", '{"cpu": "llvm"}',
+                          "--bundle", str(tmp_path / "d"), "--bundle-kinds", "cuda"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0 and "--bundle-kinds ['cuda']: no target of that kind" in run.stderr
+
+
 def test_a_runner_that_died_on_an_item_skips_it_when_resumed(tmp_path):
     """A kernel that kills the process (a crash in the driver, say) must not kill every resumed run too: the runner
     keeps the item in flight in ``OUT.current``, and a runner that finds one without its record writes that record

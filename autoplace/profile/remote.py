@@ -278,18 +278,26 @@ def export_stream_kernel(target, path: str, *, preproc: bool = False) -> None:
 
 
 def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, rounds: int = 1,
-                 log=print) -> dict:
+                 kernel_kinds=None, append: bool = False, log=print) -> dict:
     """Compile kernels and probes for ``targets`` into ``bundle_dir``; returns the manifest. ``rounds``: how many
-    times the runner times every item unless told otherwise (``runner.py --rounds``)."""
+    times the runner times every item unless told otherwise (``runner.py --rounds``). ``kernel_kinds``: compile the
+    models' kernels for these target kinds only (e.g. ``{"cuda"}``: training data for one device, whose CPU rounds
+    would cost most of a GPU box's time). ``append``: add to the bundle already in ``bundle_dir`` (its kernels,
+    probes and placed models stay; a kernel it has is not compiled again) instead of starting a new one."""
     targets = TargetSet(targets)
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
+    path = os.path.join(bundle_dir, "manifest.json")
     manifest = dict(tvm_version=tvm.__version__, rounds=int(rounds), targets={n: str(targets[n].target) for n in targets},
                     units=[], launch=[], copies=[], models=[])
+    if append and os.path.exists(path):
+        with open(path) as f:
+            manifest = {**manifest, **json.load(f)}
     _compile_cuda_here([targets[n].target for n in targets], manifest, log)
-    seen = set()
+    seen = {(u["record"]["key"], u["kind"]) for u in manifest["units"]}
     kinds = {}
     for name in targets:
-        kinds.setdefault(targets[name].kind, name)
+        if kernel_kinds is None or targets[name].kind in set(kernel_kinds):
+            kinds.setdefault(targets[name].kind, name)
     failed = 0
     for item in models:
         label, model = item if isinstance(item, tuple) else (None, item)
@@ -311,23 +319,23 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                     manifest.setdefault("failed", []).append(entry["record"])
                     continue
                 manifest["units"].append(entry)
-    if any(entry["kind"] == "llvm" for entry in manifest["units"]):  # the runner times CPU kernels in-model with it
-        export_stream_kernel(targets[kinds["llvm"]].target, os.path.join(bundle_dir, STREAM_FILE))
+    cpu = next((targets[n].target for n in targets if targets[n].kind == "llvm"), None)
+    if cpu is not None and any(entry["kind"] == "llvm" for entry in manifest["units"]) and "stream" not in manifest:
+        export_stream_kernel(cpu, os.path.join(bundle_dir, STREAM_FILE))  # the runner times CPU kernels in-model
         manifest["stream"] = STREAM_FILE
         manifest["stream_parallel_min"] = STREAM_PARALLEL_MIN_ELEMS
-    for name in targets:
-        for entry, write in launch_items(targets, name):
+    have = {entry["file"] for entry in manifest["launch"] + manifest["copies"]}
+    probes = [("launch", item) for name in targets for item in launch_items(targets, name)]
+    probes += [("copies", item) for src in targets for dst in targets if src != dst
+               for item in copy_items(targets, src, dst, copy_sizes)]
+    for where, (entry, write) in probes:
+        if entry["file"] not in have:
             write(os.path.join(bundle_dir, entry["file"]))
-            manifest["launch"].append(entry)
-    for src in targets:
-        for dst in targets:
-            if src != dst:
-                for entry, write in copy_items(targets, src, dst, copy_sizes):
-                    write(os.path.join(bundle_dir, entry["file"]))
-                    manifest["copies"].append(entry)
+            manifest[where].append(entry)
     shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
-    with open(os.path.join(bundle_dir, "manifest.json"), "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(manifest, f, indent=1)
+    os.replace(path + ".tmp", path)
     log(f"bundle {bundle_dir}: {len(manifest['units'])} kernels ({failed} failed to compile), "
         f"{len(manifest['copies'])} copy probes, {len(manifest['launch'])} call-overhead probes")
     return manifest
