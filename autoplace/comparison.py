@@ -133,7 +133,6 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     return _table(plans, samples, model)
 
 
-
 def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
                     memory_greedy=False) -> dict:
     """Every plan :func:`compare` times, built but not run: ``{label: (predicted_us, placement, note)}``.
@@ -177,6 +176,7 @@ def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | N
         predicted, over = _predict(result.problem, unit_assignment)
         plans[f"manual:{label}"] = (predicted + invoke_us, placement, "manual (predicted at kernel level)" + over)
     return plans
+
 
 def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) -> pd.DataFrame:
     """One row per plan: predicted and measured latency, copies, ops per target."""

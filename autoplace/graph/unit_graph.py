@@ -198,17 +198,15 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
             prices = [priced[(id(part), target.kind)] for part in parts]
             if not all(math.isfinite(p[0]) for p in prices):
                 continue  # the profile saw a kernel fail on this target: unsupported there
-            if target.kind == host_kind:  # the host runs its kernels in the VM's thread: call, then kernel
-                def cost(us, launch=launch):
-                    return us + launch
-            else:  # a device queues them: the VM's call overlaps the kernel before it (see Notes)
-                def cost(us, launch=launch):
-                    return max(us, launch)
-            latency[tname] = sum(cost(p[0]) for p in prices)
-            sources = {p[1] for p in prices}
+            # The host runs its kernels in the VM's thread (call, then kernel); a device queues them, and the VM's
+            # call overlaps the kernel before it (see Notes). The launches are measured: exact in the band too.
+            queued = target.kind != host_kind
+            latency[tname], low, high = (sum(max(us, launch) if queued else us + launch for us in column)
+                                         for column in ([q[0] for q in prices], [q[2] for q in prices],
+                                                        [q[3] for q in prices]))
+            band[tname] = (low, high)
+            sources = {q[1] for q in prices}
             source[tname] = sources.pop() if len(sources) == 1 else "+".join(sorted(sources))
-            band[tname] = (sum(cost(p[2]) for p in prices),  # the launches are measured: exact
-                           sum(cost(p[3]) for p in prices))
             main = max(range(len(parts)), key=lambda i: prices[i][0])
             kernel[tname] = (prices[main][4], "+".join(part.key for part in parts))
         # Weights live where their kernels run (one resident copy per device, uploaded at load time),

@@ -88,15 +88,24 @@ def memory_greedy(problem: PlacementProblem, target: str, fallback: str | None =
     d = p.targets.index(target)
     other = p.targets.index(fallback) if fallback is not None else next(i for i in range(p.n_targets) if i != d)
     free = p.pinned < 0
-    target_of = np.where(free, other, p.pinned).astype(np.int64)
-    for i in range(p.n_nodes):
-        if not free[i] or not p.allowed[i, d]:
-            continue
-        target_of[i] = d
-        if evaluate(p, target_of).memory_bytes[d] > p.memory_bytes[d]:
-            target_of[i] = other
-            break
-    return target_of
+    rest = np.where(free, other, p.pinned).astype(np.int64)
+    eligible = np.nonzero(free & p.allowed[:, d])[0]  # in model order
+
+    def first_on_target(k: int) -> np.ndarray:
+        target_of = rest.copy()
+        target_of[eligible[:k]] = d
+        return target_of
+
+    # The memory on ``target`` only grows with each node put there, so the longest prefix that fits is found by
+    # bisection (one evaluate per step, not per node).
+    lo, hi = 0, len(eligible)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if evaluate(p, first_on_target(mid)).memory_bytes[d] <= p.memory_bytes[d]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return first_on_target(lo)
 
 
 def manual(problem: PlacementProblem, assignment: Mapping | None) -> np.ndarray:
