@@ -192,6 +192,9 @@ def test_copies_measured_size_by_size_are_priced_between_the_sizes_not_by_the_li
     assert gpu.objective_us == pytest.approx(10.0 + 15.0 + 6e-5 * 4 + 8933.0)
     again = PlacementProblem.from_dict(json.loads(json.dumps(p.to_dict())))
     assert np.allclose(again.copy_latency_us, p.copy_latency_us)
+    bad = CopyCost(8.7, 9.87e-5, [(4, 8.5), (4 << 20, float("nan"))])
+    with pytest.raises(PlacementError, match=r"copy_points from 'gpu' to 'cpu'.*finite number >= 0"):
+        PlacementProblem.from_graph(g, {("cpu", "gpu"): (15.0, 6e-5), ("gpu", "cpu"): bad})
 
 
 def test_memory_greedy_fills_the_gpu_in_model_order_and_puts_the_rest_on_the_host():

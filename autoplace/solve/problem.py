@@ -140,7 +140,7 @@ class PlacementProblem:
     memory_bytes : array_like of float, shape (n_targets,), optional
         Memory capacity of each target, ``inf`` for no cap. Default: no caps.
     copy_points : dict, optional
-        ``{(source, destination): [(bytes, us), ...]}`` (target names or numbers): copies measured size by size,
+        ``{(source, destination): [(bytes, us), ...] or CopyCost}`` (target names or numbers): copies measured size by size,
         priced by :class:`CopyCost`'s interpolation instead of the line for that pair.
 
     Raises
@@ -194,6 +194,8 @@ class PlacementProblem:
         for (src, dst), pts in (copy_points or {}).items():
             ts, td = (self.targets.index(x) if isinstance(x, str) else int(x) for x in (src, dst))
             if ts != td:
+                if isinstance(pts, CopyCost):
+                    pts = np.column_stack(pts.points)
                 self.copy_points[(ts, td)] = CopyCost(self.copy_alpha_us[ts, td], self.copy_us_per_byte[ts, td], pts)
         if memory_bytes is None:
             memory_bytes = np.full(k, np.inf)
@@ -366,9 +368,8 @@ class PlacementProblem:
                         "(alpha_us, us_per_byte), or leave one of the targets out of `targets`"
                     )
                 alpha[s, d], beta[s, d] = (float(x) for x in copy_cost[pair])
-                measured = getattr(copy_cost[pair], "points", None)
-                if measured is not None:
-                    points[(s, d)] = list(zip(*(a.tolist() for a in measured)))
+                if getattr(copy_cost[pair], "points", None) is not None:
+                    points[(s, d)] = copy_cost[pair]
 
         caps = np.full(k, np.inf)
         for t, cap in (memory_bytes or {}).items():
@@ -415,6 +416,13 @@ class PlacementProblem:
                 raise PlacementError(
                     f"copy cost {name} from {self.targets[s]!r} to {self.targets[d]!r} is "
                     f"{arr[s, d]}: it must be a finite number >= 0"
+                )
+        for (s, d), curve in self.copy_points.items():
+            sizes, us = curve.points
+            if not (np.isfinite(sizes).all() and np.isfinite(us).all()) or (sizes < 0).any() or (us < 0).any():
+                raise PlacementError(
+                    f"copy_points from {self.targets[s]!r} to {self.targets[d]!r} hold a size or time that is "
+                    "not a finite number >= 0: give measured (bytes, us) pairs, or leave the pair out for the line"
                 )
         for name, arr in (("weight_bytes", self.weight_bytes), ("output_bytes", self.output_bytes)):
             if (arr < 0).any():
