@@ -141,13 +141,17 @@ def test_the_back_fill_describes_the_current_kernels_and_skips_older_schedules(t
                           cpu_schedule=SCHEDULE_VERSION))
     store.append(dict(kind="unit", key="llvm-older-schedule", target="llvm", status="ok", median_us=1.0,
                       model="no-such-model", cpu_schedule=SCHEDULE_VERSION - 1))
+    store.append(dict(kind="unit", key="llvm-size-no-longer-drawn", target="llvm", status="ok", median_us=1.0,
+                      model="mlp", cpu_schedule=SCHEDULE_VERSION))
     report = backfill_read_strides(store, progress=False)
-    assert report["kernels"] == len({u.key for u in units}) and report["unmatched"] == 0
+    assert report["kernels"] == len({u.key for u in units}) + 1 and report["unmatched"] == 1
     assert report["skipped_models"] == []  # the older schedule's record is not looked for at all
     fields = store.unit_fields()
-    assert set(fields) == {u.key for u in units}
+    assert set(fields) == {u.key for u in units} | {"llvm-size-no-longer-drawn"}
     assert all(fields[u.key]["read_strides"] == u.read_strides for u in units)
-    assert backfill_read_strides(store, progress=False)["kernels"] == 0  # done once, never again
+    assert fields["llvm-size-no-longer-drawn"]["read_strides"] is None
+    again = backfill_read_strides(store, progress=False)  # done once, never again: no model rebuilt for the stale key
+    assert again["kernels"] == 0 and again["models"] == 0
 
 def test_foreign_records_are_left_out_unless_asked(tmp_path):
     store = ProfileStore(str(tmp_path / "p"))

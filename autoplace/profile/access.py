@@ -165,7 +165,8 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
     dict
         ``kernels`` (keys lacking the field; on the CPU, of the current CPU schedule version only, as training
         uses), ``added`` (keys analysed now: with strides, or None for kernels that are not data movement),
-        ``unmatched`` (keys no rebuilt model gave: op-family sizes no longer drawn), ``with_strides``, ``models``
+        ``unmatched`` (keys no rebuilt model gave: op-family sizes no longer drawn; recorded as None, not looked
+        for again), ``with_strides``, ``models``
         (rebuilt), ``skipped_models``, ``seconds``.
     """
     import time
@@ -198,9 +199,12 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
         for unit in extract_units(built[name], spec):
             if unit.key in lacking and unit.key not in found:
                 found[unit.key] = {"read_strides": unit.read_strides}
-    if found:
-        store.add_unit_fields(found)
-    return {"kernels": len(lacking), "added": len(found), "unmatched": len(lacking) - len(found),
+    # Keys no rebuilt model gives (sizes no longer drawn) are written as None too, so that the next run does not
+    # rebuild their models to look for them again; the features read None and a missing field alike (NaN).
+    unmatched = {key: {"read_strides": None} for key in lacking if key not in found}
+    if found or unmatched:
+        store.add_unit_fields({**found, **unmatched})
+    return {"kernels": len(lacking), "added": len(found), "unmatched": len(unmatched),
             "with_strides": sum(v["read_strides"] is not None for v in found.values()), "models": len(built),
             "skipped_models": sorted(m for m in models if m and m not in built),
             "seconds": round(time.monotonic() - started, 1)}
