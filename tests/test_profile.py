@@ -266,6 +266,36 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert len(ProfileStore(again).records()) == len(df)
 
 
+def test_a_bundle_says_which_vector_instructions_its_cpu_code_needs_and_a_cpu_without_them_skips_it(tmp_path):
+    """CPU code for ``emeraldrapids`` (AVX-512) dies on an AVX2-only box at its first call: the manifest names the
+    instruction sets (as /proc/cpuinfo spells them) and the runner skips the CPU items of a bundle this CPU cannot
+    run, saying how to pack for it, instead of crashing item after item."""
+    import tvm
+
+    from autoplace.profile.remote import build_bundle, cpu_flags_needed
+    from autoplace.profile.remote_runner import missing_cpu_flags
+
+    avx512 = cpu_flags_needed(tvm.target.Target({"kind": "llvm", "mcpu": "emeraldrapids"}))
+    assert {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"} <= set(avx512)
+    assert cpu_flags_needed(tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3"})) == ["avx", "avx2", "f16c", "fma"]
+    assert missing_cpu_flags(avx512, "processor : 0\nflags : fpu sse2 avx avx2 fma f16c\n")[:2] == ["avx512_bf16",
+                                                                                                  "avx512_bitalg"]
+    assert missing_cpu_flags(avx512, "processor : 0\n") == []  # flags unreadable: nothing to tell by
+
+    bundle = tmp_path / "bundle"
+    manifest = build_bundle([zoo.get("seed003")], {"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}}, str(bundle),
+                            copy_sizes=())
+    assert manifest["cpu_flags_needed"] == ["avx", "avx2", "f16c", "fma"]
+    manifest["cpu_flags_needed"] = ["avx2", "avx1024"]  # an instruction set no CPU has
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    done = subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle), "--repeat", "1"], check=True,
+                          timeout=300, cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert "this CPU lacks avx1024" in done.stdout and "mcpu" in done.stdout
+    records = bundle / "records.jsonl"
+    assert not records.exists() or not records.read_text().strip()  # skipped, not recorded as failures
+
+
 def test_a_bundles_stream_reads_short_vectors_on_one_thread_and_long_ones_in_parallel(tmp_path):
     """The bundle's streaming kernels double any length of float32 vector; the runner takes the one-thread one
     below the manifest's threshold (as autoplace schedules an elementwise kernel) and the parallel one from it."""

@@ -277,6 +277,24 @@ def export_stream_kernel(target, path: str, *, preproc: bool = False) -> None:
 # ---------------------------------------------------------------------------------------------- bundles
 
 
+#: LLVM's x86 vector features by their ``/proc/cpuinfo`` flag where the two names differ.
+_CPUINFO_FLAG = {"avx512bf16": "avx512_bf16", "avx512bitalg": "avx512_bitalg", "avx512fp16": "avx512_fp16",
+                 "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512vpopcntdq": "avx512_vpopcntdq",
+                 "avxvnni": "avx_vnni"}
+
+
+def cpu_flags_needed(cpu_target) -> list:
+    """The vector instruction sets (``/proc/cpuinfo`` flags: ``avx2``, ``fma``, ``avx512f``...) that code compiled
+    for ``cpu_target``'s ``mcpu`` may use: the bundle's runner checks the remote CPU has them all. Empty for a
+    target that is not x86 (nothing checked)."""
+    from tvm.target import codegen
+
+    if cpu_target.kind.name != "llvm" or "x86" not in str(cpu_target.attrs.get("mtriple") or "x86"):
+        return []
+    features = (str(f).lstrip("+") for f in codegen.llvm_get_cpu_features(cpu_target))
+    return sorted(_CPUINFO_FLAG.get(f, f) for f in features if f.startswith("avx") or f in ("fma", "f16c"))
+
+
 def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, rounds: int = 1,
                  kernel_kinds=None, append: bool = False, log=print) -> dict:
     """Compile kernels and probes for ``targets`` into ``bundle_dir``; returns the manifest. ``rounds``: how many
@@ -320,6 +338,10 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                     continue
                 manifest["units"].append(entry)
     cpu = next((targets[n].target for n in targets if targets[n].kind == "llvm"), None)
+    if cpu is not None:
+        from ..backend.cpu_schedules import cpu_target
+
+        manifest["cpu_flags_needed"] = cpu_flags_needed(cpu_target(cpu))  # kernels of a plain llvm target: this CPU
     if cpu is not None and any(entry["kind"] == "llvm" for entry in manifest["units"]) and "stream" not in manifest:
         export_stream_kernel(cpu, os.path.join(bundle_dir, STREAM_FILE))  # the runner times CPU kernels in-model
         manifest["stream"] = STREAM_FILE

@@ -96,6 +96,21 @@ def cpu_arch_from(cpuinfo_text):
     return None
 
 
+def cpu_flags_from(cpuinfo_text):
+    """The first processor's ``flags`` of ``/proc/cpuinfo`` (``{"avx2", "avx512f", ...}``); None without any."""
+    for line in cpuinfo_text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def missing_cpu_flags(needed, cpuinfo_text):
+    """The instruction-set flags of ``needed`` (``/proc/cpuinfo`` names, the manifest's ``cpu_flags_needed``)
+    that this CPU lacks; empty when it has them all or when its flags cannot be read (nothing to tell by)."""
+    flags = cpu_flags_from(cpuinfo_text)
+    return [] if flags is None else sorted(set(needed) - flags)
+
+
 def cpu_model_from(cpuinfo_text, fallback):
     """The first ``model name`` of ``/proc/cpuinfo``, else ``fallback``."""
     for line in cpuinfo_text.splitlines():
@@ -520,6 +535,19 @@ def main(argv=None):
             if not present[kind]:
                 print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
         return present[kind]
+
+    # CPU code compiled for instructions this CPU lacks would die on its first call (SIGILL): skip the CPU items
+    # (and every item that runs CPU code) and say how to pack for this CPU, rather than crash item after item.
+    try:
+        with open("/proc/cpuinfo") as f:
+            missing = missing_cpu_flags(manifest.get("cpu_flags_needed", ()), f.read())
+    except OSError:
+        missing = []
+    if missing:
+        present["llvm"] = False
+        print(f"this CPU lacks {', '.join(missing)}, which the bundle's CPU code was compiled for "
+              f"({manifest.get('targets', {})}): its CPU items are skipped (not recorded as failures). Pack again "
+              "for this CPU: name its mcpu in the llvm target (x86-64-v3 runs on any AVX2 CPU)", flush=True)
 
     in_model = None  # CPU kernels also timed in-model, with the bundle's streaming kernel (older bundles: none)
     if manifest.get("stream") and any(item.get("kind") == "llvm" for item in manifest["units"]) and available("llvm"):
