@@ -3,7 +3,8 @@
 # kernels and placed models:  gpu_carry/{rt/tvm (runtime-only TVM), wheels/ (tvm-ffi for cp312), bundle/}.
 #
 #   bash experiments/gpu/pack.sh [bundle options...]      # default: the zoo + the stride grid, CPU + CUDA, 3 rounds
-#   (CPU kernels for x86-64-v3, AVX2: a plain "llvm" would compile for *this* machine's CPU, not the box's)
+#   (CPU kernels for $MCPU, default x86-64-v3 (AVX2): a plain "llvm" would compile for *this* machine's CPU, not
+#   the box's. MCPU=emeraldrapids for session 27's Xeon box with AVX-512: its builds ran 0.54-0.99x as long)
 #
 # Then, on the device (see experiments/gpu/README.md):
 #   pip install --no-deps --no-index gpu_carry/wheels/*.whl
@@ -24,7 +25,7 @@ find "$CARRY/rt" -name __pycache__ -prune -exec rm -rf {} +
     --platform manylinux_2_28_x86_64 -d "$CARRY/wheels" "apache-tvm-ffi==$FFI"
 if [ "$#" -eq 0 ]; then
   set -- --zoo mlp cnn bert seed003 inception mlp-base cnn-base bert-base inception-base seed003-base grid \
-         --targets '{"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}, "gpu": {"kind": "cuda", "arch": "sm_90"}}' --rounds 3
+         --targets "{\"cpu\": {\"kind\": \"llvm\", \"mcpu\": \"${MCPU:-x86-64-v3}\"}, \"gpu\": {\"kind\": \"cuda\", \"arch\": \"sm_90\"}}" --rounds 3
 fi
 "$PY" -m autoplace profile "$@" --bundle "$CARRY/bundle"
 du -sh "$CARRY" "$CARRY"/*

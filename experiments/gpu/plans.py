@@ -24,7 +24,8 @@ import sys
 import time
 import zlib
 
-TARGETS = {"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}, "gpu": {"kind": "cuda", "arch": "sm_90"}}
+#: The box's targets: CPU kernels for ``$MCPU`` as ``pack.sh`` compiles them (default ``x86-64-v3``, AVX2).
+TARGETS = {"cpu": {"kind": "llvm", "mcpu": os.environ.get("MCPU", "x86-64-v3")}, "gpu": {"kind": "cuda", "arch": "sm_90"}}
 #: Seed 002's hand placement: the heavy ops on the GPU, the rest on the CPU.
 SEED002 = {"relax.nn.conv2d": "gpu", "relax.matmul": "gpu"}
 
