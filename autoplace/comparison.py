@@ -70,7 +70,8 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     -------
     pandas.DataFrame
         One row per plan: ``predicted_us``, ``measured_median_us``, ``measured_min_us``,
-        ``measured_max_us``, ``error`` (predicted/measured - 1), ``copies``, ``copy_MB``, ops per target.
+        ``measured_max_us``, ``error`` (predicted/measured - 1), ``copies``, ``copy_MB``, ops per target,
+        ``same_placement_as`` (the first plan above with every op on the same target, else None).
 
     Raises
     ------
@@ -179,11 +180,15 @@ def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | N
 
 
 def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) -> pd.DataFrame:
-    """One row per plan: predicted and measured latency, copies, ops per target."""
+    """One row per plan: predicted and measured latency, copies, ops per target, and ``same_placement_as``: the
+    first plan above it that puts every op where it does (the same build: their gap in the table is noise)."""
     rows = []
+    seen = {}
     for name, (predicted, placement, status) in plans.items():
-        row = dict(plan=name, status=status, predicted_us=predicted)
+        row, same = dict(plan=name, status=status, predicted_us=predicted), None
         if placement is not None:
+            first = seen.setdefault(tuple(sorted(placement.assignment.items())), name)
+            same = first if first != name else None
             s = np.asarray(samples[name])
             row.update(measured_median_us=float(np.median(s)), measured_min_us=float(s.min()),
                        measured_max_us=float(s.max()),
@@ -191,6 +196,7 @@ def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) ->
                        copies=len(placement.copies), copy_MB=sum(c["nbytes"] for c in placement.copies) / 1e6)
             for t, n in placement.ops_per_target().items():
                 row[f"ops_{t}"] = n
+        row["same_placement_as"] = same
         rows.append(row)
     table = pd.DataFrame(rows).set_index("plan")
     table.attrs["model"] = model.name

@@ -97,6 +97,9 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
           f"best baseline that fits the cap: {best} {feasible[best]:.1f} us -> ratio "
           f"{measured['autoplace'] / feasible[best]:.3f} (medians of the same run; plans over the cap are shown "
           "for reference only)")
+    if table.loc[best, "same_placement_as"] == "autoplace":
+        print(f"  {best} is autoplace's own placement (every op on the same target, the same build): the gap "
+              "between the two is the host's noise")
     print("\nwrote:")
     for what, path in paths.items():
         print(f"  {what}: {path}")

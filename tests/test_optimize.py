@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from conftest import assert_outputs_close
 
@@ -94,6 +95,17 @@ def test_compare_table_has_every_plan_and_checks_numbers(zoo_models):
     assert table.loc["manual:split", "copies"] >= 2
     # The optimum is never predicted worse than a baseline.
     assert table.loc["autoplace", "predicted_us"] <= table["predicted_us"].min() + 1e-9
+    # A plan that puts every op where an earlier one does is named as the same build (their gap is noise).
+    assert pd.isna(table.loc["autoplace", "same_placement_as"])
+    assert pd.isna(table.loc["manual:split", "same_placement_as"])  # its add runs elsewhere: a placement of its own
+    twins = table["same_placement_as"].dropna()
+    assert all(table.index.get_loc(first) < table.index.get_loc(plan) for plan, first in twins.items())
+    for plan, first in twins.items():
+        assert table.loc[plan, [c for c in table if c.startswith("ops_")]].equals(
+            table.loc[first, [c for c in table if c.startswith("ops_")]])
+    cpu0 = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=1, repeat=1,
+                             pins={"relax.add": "cpu0", "relax.subtract": "cpu0"})
+    assert cpu0.loc["all:cpu0", "same_placement_as"] == "autoplace"  # pinned to cpu0, the optimum is all:cpu0
 
 
 def test_compare_adds_memory_greedy_for_a_capped_device(zoo_models):
