@@ -25,18 +25,9 @@ DEFAULT_MODELS = ["mlp-base", "cnn-base", "bert-base", "inception-base", "seed00
                   "vit-base", "resnet-base", "mobilenetv2-base", "convnext-base"]
 
 
-def load(spec: str):
-    from autoplace import architectures, zoo
-
-    split = architectures.split_spec(spec)
-    if split is not None:
-        return architectures.get(*split)
-    name, _, size = spec.partition("-")
-    return zoo.get(name, size or "small")
-
-
 def main(argv=None):
     import autoplace
+    from autoplace import zoo
     from autoplace.backend.cpu_schedules import host_cpu
     from autoplace.profile.hardware import hardware_metadata
 
@@ -50,7 +41,7 @@ def main(argv=None):
     mcpus = [host_cpu() if m == "native" else m for m in args.mcpu]
     rows = []
     for spec in args.models:
-        model = load(spec)
+        model = zoo.parse(spec)  # zoo and architecture-suite names alike
         inputs = model.random_inputs()
         runners = {m: autoplace.place(model, None, None, {"cpu": {"kind": "llvm", "mcpu": m}}).runner for m in mcpus}
         outs = [r(*inputs) for r in runners.values()]

@@ -526,6 +526,14 @@ def main(argv=None):
     items = manifest["units"] + manifest.get("launch", []) + manifest.get("copies", []) + manifest.get("models", [])
     present = {}
 
+    # CPU code compiled for instructions this CPU lacks would die on its first call (SIGILL): the CPU counts as
+    # absent (its items, and every item that runs CPU code, are skipped) rather than crash item after item.
+    try:
+        with open("/proc/cpuinfo") as f:
+            missing = missing_cpu_flags(manifest.get("cpu_flags_needed", ()), f.read())
+    except OSError:
+        missing = []
+
     def available(kind):
         if kind not in present:
             try:
@@ -534,20 +542,13 @@ def main(argv=None):
                 present[kind] = False
             if not present[kind]:
                 print(f"no {kind} device on this machine: its items are skipped (not recorded as failures)")
+            elif kind == "llvm" and missing:
+                present[kind] = False
+                print(f"this CPU lacks {', '.join(missing)}, which the bundle's CPU code was compiled for "
+                      f"({manifest.get('targets', {})}): its CPU items are skipped (not recorded as failures). Pack "
+                      "again for this CPU: name its mcpu in the llvm target (x86-64-v3 runs on any AVX2 CPU)",
+                      flush=True)
         return present[kind]
-
-    # CPU code compiled for instructions this CPU lacks would die on its first call (SIGILL): skip the CPU items
-    # (and every item that runs CPU code) and say how to pack for this CPU, rather than crash item after item.
-    try:
-        with open("/proc/cpuinfo") as f:
-            missing = missing_cpu_flags(manifest.get("cpu_flags_needed", ()), f.read())
-    except OSError:
-        missing = []
-    if missing:
-        present["llvm"] = False
-        print(f"this CPU lacks {', '.join(missing)}, which the bundle's CPU code was compiled for "
-              f"({manifest.get('targets', {})}): its CPU items are skipped (not recorded as failures). Pack again "
-              "for this CPU: name its mcpu in the llvm target (x86-64-v3 runs on any AVX2 CPU)", flush=True)
 
     in_model = None  # CPU kernels also timed in-model, with the bundle's streaming kernel (older bundles: none)
     if manifest.get("stream") and any(item.get("kind") == "llvm" for item in manifest["units"]) and available("llvm"):
