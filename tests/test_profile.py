@@ -294,6 +294,10 @@ def test_a_bundle_says_which_vector_instructions_its_cpu_code_needs_and_a_cpu_wi
     assert "this CPU lacks avx1024" in done.stdout and "mcpu" in done.stdout
     records = bundle / "records.jsonl"
     assert not records.exists() or not records.read_text().strip()  # skipped, not recorded as failures
+    # Appending kernels for a lesser CPU keeps what the bundle's earlier kernels need.
+    appended = build_bundle([zoo.get("mlp")], {"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}}, str(bundle),
+                            copy_sizes=(), append=True)
+    assert appended["cpu_flags_needed"] == ["avx", "avx1024", "avx2", "f16c", "fma"]
 
 
 def test_a_bundles_stream_reads_short_vectors_on_one_thread_and_long_ones_in_parallel(tmp_path):

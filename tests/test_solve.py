@@ -172,6 +172,8 @@ def test_copies_measured_size_by_size_are_priced_between_the_sizes_not_by_the_li
     assert curve.latency_us(10 << 20) == pytest.approx(328.0 + (8933.0 - 328.0) / 2)
     assert curve.latency_us(32 << 20) == pytest.approx(8933.0 + 16 * (8933.0 - 328.0) / 12)
     assert curve.latency_us(4) == pytest.approx(9.0) and tuple(curve) == (10.0, 1e-4) and curve == (10.0, 1e-4)
+    assert CopyCost(curve.alpha_us, curve.us_per_byte, curve.points) == curve  # its points rebuild it
+    assert CopyCost(1.0, 0.0, [(4096, 3.0), (4, 1.0)]).points.tolist() == [[4.0, 1.0], [4096.0, 3.0]]
     line = CopyCost(10.0, 1e-4)
     assert line.latency_us(16 << 20) == pytest.approx(10.0 + 1e-4 * (16 << 20))
 

@@ -341,7 +341,9 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
     if cpu is not None:
         from ..backend.cpu_schedules import cpu_target
 
-        manifest["cpu_flags_needed"] = cpu_flags_needed(cpu_target(cpu))  # kernels of a plain llvm target: this CPU
+        # kernels of a plain llvm target: this CPU; an appended bundle keeps what its earlier kernels need too
+        needed = set(manifest.get("cpu_flags_needed", ())) | set(cpu_flags_needed(cpu_target(cpu)))
+        manifest["cpu_flags_needed"] = sorted(needed)
     if cpu is not None and any(entry["kind"] == "llvm" for entry in manifest["units"]) and "stream" not in manifest:
         export_stream_kernel(cpu, os.path.join(bundle_dir, STREAM_FILE))  # the runner times CPU kernels in-model
         manifest["stream"] = STREAM_FILE
