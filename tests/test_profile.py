@@ -770,7 +770,9 @@ def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_aga
     assert record["in_context_us"] == pytest.approx(
         list(np.median(record["round_in_context_us"], axis=0)) if max(map(sum, record["round_in_context_us"]))
         <= 1.1 * min(map(sum, record["round_in_context_us"])) else record["in_context_us"])
-    assert 0.7 * record["median_us"] < sum(record["in_context_us"]) < 1.3 * record["median_us"]
+    # about the end-to-end latency: within 2x, not 30% (the two are timed seconds apart; on a loaded 2-core host
+    # one phase read 1.43x the other, 6400 vs 4478 us); a sum of every run, or of the hook's own cost, is further off
+    assert 0.5 * record["median_us"] < sum(record["in_context_us"]) < 2.0 * record["median_us"]
     # at least one run kept (how many depends on how many samples the host-speed canary found calm: 2 in a slow
     # phase of session 20's host, 5 or more on a calm one)
     assert record["in_context_runs"] >= 1 and record["in_context_hook_us"] > 0
