@@ -42,6 +42,34 @@ def demo_targets() -> tuple[dict, str, list | None]:
     return targets, note + "; no GPU here and no committed GPU profile, so the demo plans for CPU devices only", None
 
 
+#: Canary slowdown from which the demo says its timings are inflated by other programs on the host.
+BUSY_HOST_SLOWDOWN = 1.3
+
+
+def host_speed_note(folder: str | None = None, readings: int = 10) -> str:
+    """A line saying how much slower than its fastest the host runs now, by the speed canary against the fastest
+    canary this machine's profile (``folder``, default ``profiles/<hardware id>``) recorded; "" when it runs within
+    :data:`BUSY_HOST_SLOWDOWN` of it, or no profile of this machine has a canary."""
+    import numpy as np
+
+    from .profile.host_speed import HostSpeed, best_canary_us
+    from .profile.store import ProfileStore, default_profile_dir
+
+    folder = folder or default_profile_dir()
+    if not os.path.isfile(os.path.join(folder, "records.jsonl")):
+        return ""
+    best = best_canary_us(ProfileStore(folder).records())
+    if best is None:
+        return ""
+    speed = HostSpeed(best)
+    slowdown = float(np.median([speed.slowdown() for _ in range(readings)]))
+    if slowdown < BUSY_HOST_SLOWDOWN:
+        return ""
+    return (f"  the host runs {slowdown:.1f}x slower than its fastest now (speed canary against {folder}): other "
+            "programs share its cores, so the timings above read high (a kernel on two threads waits for a busy "
+            "core); run the demo on an idle machine to compare them with the prediction")
+
+
 def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> int:
     from . import zoo
     from .cli import check_output_dir
@@ -100,6 +128,9 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     if table.loc[best, "same_placement_as"] == "autoplace":
         print(f"  {best} is autoplace's own placement (every op on the same target, the same build): the gap "
               "between the two is the host's noise")
+    note = host_speed_note()
+    if note:
+        print(note)
     print("\nwrote:")
     for what, path in paths.items():
         print(f"  {what}: {path}")

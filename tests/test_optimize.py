@@ -348,3 +348,20 @@ def test_result_says_how_sure_it_is(tmp_path):
     paths = result.save(str(tmp_path), picture=False)
     loaded = autoplace.OptimizeResult.load(paths["result"])
     assert loaded.band_text() == result.band_text()
+
+
+def test_the_demo_says_when_the_host_runs_slow(tmp_path, monkeypatch):
+    """Beside a CPU-bound program the demo's timings read many times the prediction (cnn-base: 64 ms measured, 4.2 ms
+    predicted, session 29): it says so when the speed canary reads slow against this machine's profile, and says
+    nothing on a calm host or without a profile."""
+    from autoplace.demo import host_speed_note
+    from autoplace.profile.host_speed import HostSpeed
+    from autoplace.profile.store import ProfileStore
+
+    store = ProfileStore(str(tmp_path / "p"))
+    assert host_speed_note(str(tmp_path / "p")) == ""  # no records
+    store.append(dict(kind="unit", key="k", target="llvm", status="ok", median_us=1.0, canary_us=50.0))
+    monkeypatch.setattr(HostSpeed, "slowdown", lambda self: 2.5)
+    assert "2.5x slower" in host_speed_note(str(tmp_path / "p"))
+    monkeypatch.setattr(HostSpeed, "slowdown", lambda self: 1.1)
+    assert host_speed_note(str(tmp_path / "p")) == ""

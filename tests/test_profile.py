@@ -822,7 +822,7 @@ def test_a_model_timed_in_context_slower_than_its_kernels_allow_gets_more_rounds
     # A ceiling below any reading (kernels of a picosecond would still allow a microsecond per launch, which a
     # loaded host's hook-cost estimate can net a tiny model's readings down to): rounds go on for the patience,
     # then no record.
-    import autoplace.profile.in_context as in_context
+    from autoplace.profile import in_context
 
     monkeypatch.setattr(in_context, "in_context_ceiling_us", lambda kernel_us: -1.0)
     store = ProfileStore(str(tmp_path / "q"))
