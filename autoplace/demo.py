@@ -90,12 +90,13 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     m = zoo.parse(model)
     print(f"model: {m.name} ({sum(1 for _ in m.input_specs())} input(s), {m.weight_nbytes / 1e6:.2f} MB of weights)")
     free = optimize(m, None, targets)
-    footprint = float(free.problem.footprint_bytes.sum())
+    from .solve import InfeasiblePlacementError, solve
+
+    footprint = float(solve(free.problem, "all:cpu0").memory_bytes_by_target["cpu0"])
     cap = int(0.5 * footprint)
     print(f"\n1. Unconstrained optimum: {free}")
-    print(f"\n2. Now cpu0 may hold only half of the model ({cap / 1e6:.2f} MB of {footprint / 1e6:.2f} MB weights+activations):"
+    print(f"\n2. Now cpu0 may hold only half of the model ({cap / 1e6:.2f} MB of {footprint / 1e6:.2f} MB that all-on-cpu0 holds: weights, inputs, the activations live at once):"
           " all-on-cpu0 is ruled out, and the solver must find the cheapest placement that fits.")
-    from .solve import InfeasiblePlacementError
 
     try:
         result = optimize(m, None, targets, memory_bytes={"cpu0": cap})

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import AutoplaceError
+from .errors import AutoplaceError, InfeasiblePlacementError
 from .frontend import load_model
 from .graph import UnitGraph, op_graph, unit_graph
 from .place import Placement
@@ -305,7 +305,11 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
         ``{key: target}`` with keys as in :func:`autoplace.place` (node, op name, instance).
         A pin on one op pins its whole kernel (unit).
     memory_bytes : dict, optional
-        ``{target: capacity in bytes}`` (weights resident there plus activations, no reuse).
+        ``{target: capacity in bytes}``: the weights, inputs and outputs held there, and the activations
+        live there at once (TVM's memory planner reuses a dead tensor's storage). The solver counts
+        these from the program's order; the plan's build is then checked against the caps by what TVM
+        allocates for it (:meth:`autoplace.place.Placement.memory_bytes`), and solved again with the
+        cap lowered by what the build needed beyond it (:data:`MEMORY_CHECK_ROUNDS` times at most).
     costs : CostTable-like, optional
         Default: the profiles covering the targets' kinds plus the cost model saved beside them
         (:func:`load_costs`).
@@ -359,18 +363,51 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     units = unit_graph(graph, kernels, costs, targets)
     timings = {"costs_s": time.perf_counter() - started}
 
+    unit_pins = units.unit_pins(graph, pins, targets)
     problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
-                                          memory_bytes=memory_bytes, pins=units.unit_pins(graph, pins, targets))
+                                          memory_bytes=memory_bytes, pins=unit_pins)
     plan = solve(problem, method=method, time_limit_s=time_limit_s)
     timings["solve_s"] = plan.solve_time_s
 
     assignment = units.op_assignment(plan.assignment, graph)
     placement = Placement.from_assignment(model, graph, assignment, targets)
+    if problem.has_memory_caps and method in SOLVER_METHODS:
+        caps = {t: float(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
+        counted = dict(caps)
+        for _ in range(MEMORY_CHECK_ROUNDS):
+            built = placement.memory_bytes()
+            over = {t: built[t] - cap for t, cap in caps.items() if built[t] > cap}
+            if not over:
+                break
+            # the solver's count was short of what the build allocates: ask it for that much less
+            counted = {t: max(0.0, counted[t] - over.get(t, 0.0)) for t in counted}
+            problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
+                                                  memory_bytes=counted, pins=unit_pins)
+            plan = solve(problem, method=method, time_limit_s=time_limit_s)
+            timings["solve_s"] += plan.solve_time_s
+            assignment = units.op_assignment(plan.assignment, graph)
+            placement = Placement.from_assignment(model, graph, assignment, targets)
+        else:
+            built = placement.memory_bytes()
+            over = {t: built[t] for t, cap in caps.items() if built[t] > cap}
+            if over:
+                raise InfeasiblePlacementError(
+                    f"the plan's build needs {', '.join(f'{b / 1e6:.3f} MB on {t}' for t, b in over.items())}, above "
+                    f"the memory caps {caps} after {MEMORY_CHECK_ROUNDS} tries (TVM's memory planner leaves gaps the "
+                    "solver's count of live tensors does not see): raise memory_bytes for "
+                    f"{', '.join(repr(t) for t in over)}")
     predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement,
                                                         in_context=units.graph.graph["in_context"].get(targets.host.kind, False))
     timings["total_s"] = time.perf_counter() - started
     return OptimizeResult(placement, plan, problem, units, assignment, targets, predicted_us, model.name, costs,
                           timings)
+
+
+#: Solver methods whose plans :func:`optimize` checks against the memory caps by what their build allocates (the
+#: baselines are what they are: a cap they break is an error of the method).
+SOLVER_METHODS = ("auto", "ilp", "mincut")
+#: Times :func:`optimize` solves again with lower caps when a plan's build needs more than the solver counted.
+MEMORY_CHECK_ROUNDS = 3
 
 
 #: Rounds ``measure="auto"`` times each missing kernel in, one round over all of them after the other: a kernel

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
 from .emit import AnnotatedModule, annotate
 from .frontend import Model, load_model
@@ -85,6 +86,23 @@ class Placement:
     def run(self, *inputs):
         """Run on numpy inputs (given on the host); returns numpy, a tuple for several outputs."""
         return self.runner(*inputs)
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes each target holds while this placement runs, as its build allocates them: the weights uploaded
+        there, the inputs given there, and the activation memory TVM's static planner gives it (with each copy's
+        destination buffer and the outputs, which the runtime allocates:
+        :func:`autoplace.backend.pipeline.planned_allocations`)."""
+        from .backend.pipeline import planned_allocations
+
+        names = list(self.targets)
+        out = {t: 0 for t in names}
+        for index, nbytes in planned_allocations(self.mod, fuse=self.fuse).items():
+            out[names[index]] += nbytes
+        for value, target in zip(self.params, self.annotated.param_targets):
+            out[target] += int(value.nbytes)
+        for (_, shape, dtype), target in zip(self.model.input_specs(), self.annotated.input_targets):
+            out[target] += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return out
 
     def ops_per_target(self) -> dict[str, int]:
         counts = {t: 0 for t in self.targets}

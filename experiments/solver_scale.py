@@ -15,6 +15,8 @@ import argparse
 import json
 import time
 
+import numpy as np
+
 from synthetic import default_copy_cost, layered_dag  # experiments/synthetic.py, beside this script
 
 from autoplace.solve import PlacementProblem, solve
@@ -25,9 +27,9 @@ def run_case(targets, n_layers, width, seed, time_limit_s, relative_gap, memory_
     t = time.perf_counter()
     memory = None
     problem = PlacementProblem.from_graph(g, default_copy_cost(targets))
-    if memory_fraction is not None:
-        total = float(problem.footprint_bytes.sum())
-        memory = {tt: int(total * memory_fraction) for tt in targets[1:]}
+    if memory_fraction is not None:  # a fraction of what every node on that target would hold there
+        memory = {tt: int(memory_fraction * problem.memory_use(np.full(problem.n_nodes, d))[d])
+                  for d, tt in enumerate(problem.targets) if tt in targets[1:]}
         problem = PlacementProblem.from_graph(g, default_copy_cost(targets), memory_bytes=memory)
     problem_s = time.perf_counter() - t
     plan = solve(problem, time_limit_s=time_limit_s, relative_gap=relative_gap)
@@ -60,7 +62,7 @@ def main(argv=None):
         "--caps",
         type=float,
         metavar="FRACTION",
-        help="also solve with each accelerator's memory capped at FRACTION of all nodes' footprint",
+        help="also solve with each accelerator's memory capped at FRACTION of what all nodes would hold on it",
     )
     args = ap.parse_args(argv)
 

@@ -12,6 +12,7 @@ import pytest
 
 import autoplace
 from autoplace import show, zoo
+from autoplace.solve import solve
 
 matplotlib = pytest.importorskip("matplotlib")
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,7 +26,7 @@ def result():
     """mlp with cpu0 capped at half the model: kernels on cpu1, copies between the two."""
     model = zoo.parse("mlp")
     free = autoplace.optimize(model, None, TWO)
-    cap = int(0.5 * free.problem.footprint_bytes.sum())
+    cap = int(0.5 * solve(free.problem, "all:cpu0").memory_bytes_by_target["cpu0"])
     return autoplace.optimize(model, None, TWO, memory_bytes={"cpu0": cap})
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import autoplace.solve.cost
 from autoplace.solve import (
     InfeasiblePlacementError,
     PlacementError,
@@ -17,6 +18,7 @@ from autoplace.solve import (
     PlacementProblem,
     build_model,
     evaluate,
+    recompute_cost_us,
     solve,
     validate_plan,
 )
@@ -80,7 +82,8 @@ def test_resident_weight_copies_are_free_but_take_memory():
     # x (host input, 100 bytes) and w (resident weight, 10_000 bytes) feed mm (cpu 50, gpu 5).
     # mm on gpu: 5 + copy x (5 + 1) = 11; w's copy costs nothing        <- optimum
     # mm on cpu: 50.
-    # memory on gpu: mm (0 weights + 400 output) + x copied (100) + w copied (10_000 + 10_000)
+    # memory on gpu: w copied (10_000, for the whole run) + x copied (100) and mm's output (400), live together
+    # memory on cpu: w (10_000) + x (100, live until mm runs)
     g = nx.DiGraph()
     g.add_node("x", pinned="cpu")
     g.add_node("w", resident=True, weight_bytes=10_000, pinned="cpu")
@@ -92,13 +95,86 @@ def test_resident_weight_copies_are_free_but_take_memory():
     assert plan.objective_us == pytest.approx(11.0)
     assert {(c.producer, c.latency_us) for c in plan.copies} == {("x", 6.0), ("w", 0.0)}
     per = plan.per_target()
-    assert per["gpu"]["memory_bytes"] == 400 + 100 + 20_000
-    assert per["cpu"]["memory_bytes"] == 100 + 20_000
+    assert per["gpu"]["memory_bytes"] == 10_000 + 100 + 400
+    assert per["cpu"]["memory_bytes"] == 10_000 + 100
     assert per["gpu"]["nodes"] == ["mm"] and per["gpu"]["compute_us"] == pytest.approx(5.0)
-    # cap the gpu below what the weight needs there: mm must stay on the host (50 us)
-    capped = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 20_000})
+    # cap the gpu below what the weight, the input and the output need there together: mm stays on the host
+    capped = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 10_499})
     for method in ("auto", "ilp", "brute_force"):
         assert exact(capped, method).objective_us == pytest.approx(50.0)
+    fits = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"gpu": 10_500})
+    for method in ("auto", "ilp", "brute_force"):
+        assert exact(fits, method).objective_us == pytest.approx(11.0)
+
+
+def test_activations_count_only_while_live():
+    """A chain x -> a -> b -> c -> output of 1000-byte tensors holds two of them at a time, not all four: all
+    three layers fit on a gpu of 2000 bytes (the input's copy and a's output while a runs, then a's and b's...),
+    and 1999 bytes push one off. The old count, every output held for the whole run, needed 4000."""
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu", order=-1)
+    prev = "x"
+    for i, v in enumerate("abc"):
+        g.add_node(v, latency_us={"cpu": 100.0, "gpu": 1.0}, order=i)
+        g.add_edge(prev, v, nbytes=1000)
+        prev = v
+    g.add_node("out", pinned="cpu", order=3)
+    g.add_edge("c", "out", nbytes=1000)
+    cost = {("cpu", "gpu"): (0.0, 0.0), ("gpu", "cpu"): (0.0, 0.0)}
+    fits = PlacementProblem.from_graph(g, cost, memory_bytes={"gpu": 2000})
+    for method in ("auto", "ilp", "brute_force"):
+        plan = exact(fits, method)
+        assert {plan.assignment[v] for v in "abc"} == {"gpu"}
+        assert plan.per_target()["gpu"]["memory_bytes"] == 2000
+        assert plan.per_target()["cpu"]["memory_bytes"] == 1000  # x until a runs, c's copy after
+    tight = PlacementProblem.from_graph(g, cost, memory_bytes={"gpu": 1999})
+    for method in ("auto", "ilp", "brute_force"):
+        assert "cpu" in {exact(tight, method).assignment[v] for v in "abc"}
+
+
+def test_program_order_decides_what_is_live_together():
+    """Two branches of 1000-byte tensors joined at the end: run one after the other they hold one big tensor at a
+    time; interleaved (the ``order`` attribute: how the program lists them) they hold two."""
+    def branches(order):
+        g = nx.DiGraph()
+        g.add_node("x", pinned="cpu", order=-1)
+        for v in ("p1", "p2", "q1", "q2"):
+            g.add_node(v, latency_us={"cpu": 1.0}, order=order.index(v))
+        g.add_node("z", latency_us={"cpu": 1.0}, order=4)
+        for a, b, nbytes in (("x", "p1", 4), ("x", "q1", 4), ("p1", "p2", 1000), ("q1", "q2", 1000),
+                             ("p2", "z", 10), ("q2", "z", 10)):
+            g.add_edge(a, b, nbytes=nbytes)
+        return PlacementProblem.from_graph(g, CPU_GPU)
+
+    one_then_other = branches(["p1", "p2", "q1", "q2"])
+    interleaved = branches(["p1", "q1", "p2", "q2"])
+    def run_order(p):
+        return [p.nodes[i] for i in np.argsort(p.position)]
+
+    assert run_order(one_then_other) == ["x", "p1", "p2", "q1", "q2", "z"]
+    assert run_order(interleaved) == ["x", "p1", "q1", "p2", "q2", "z"]
+    cpu = [0] * 6
+    assert one_then_other.memory_use(cpu)[0] == 1000 + 10 + 10  # while q2 runs: q1's output, p2's, q2's
+    assert interleaved.memory_use(cpu)[0] == 1000 + 1000 + 10  # while p2 runs: p1's output, q1's, p2's
+    for p in (one_then_other, interleaved):
+        assert solve(p, "all:cpu").memory_bytes_by_target["cpu"] == p.memory_use(cpu)[0]
+        again = PlacementProblem.from_dict(p.to_dict())
+        assert np.array_equal(again.position, p.position)
+
+
+@pytest.mark.parametrize("n_targets", [2, 3])
+def test_memory_counted_three_ways_agrees(n_targets):
+    """The memory of random placements of random problems by the solvers' vectorised count (busiest candidate
+    points), by brute force's batched one, and by the validator's sweep over every program position."""
+    rng = np.random.default_rng(7)
+    for p in random_problems(n_targets, 60, seed=10 + n_targets):
+        A = rng.integers(0, n_targets, size=(20, p.n_nodes))
+        _, batched = autoplace.solve.cost.batch_objective_us(p, A)
+        for row, target_of in enumerate(A):
+            mine = autoplace.solve.cost.evaluate(p, target_of).memory_bytes
+            swept = recompute_cost_us(p, {v: p.targets[d] for v, d in zip(p.nodes, target_of)})[2]
+            assert mine == pytest.approx([swept[t] for t in p.targets])
+            assert batched[row] == pytest.approx(mine)
 
 
 def test_several_tensors_of_one_node_are_copied_separately():
@@ -387,7 +463,8 @@ def test_memory_cap_nothing_fits():
     g.add_node("a", latency_us={"cpu": 1.0, "gpu": 1.0}, weight_bytes=600)
     g.add_node("b", latency_us={"cpu": 1.0, "gpu": 1.0}, weight_bytes=600)
     g.add_edge("a", "b", nbytes=100)
-    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"cpu": 750, "gpu": 750})
+    # a on cpu: 600 + its output 100 = 700; b on gpu: 600 + the copy of a's output = 700 > 650
+    p = PlacementProblem.from_graph(g, CPU_GPU, memory_bytes={"cpu": 750, "gpu": 650})
     with pytest.raises(InfeasiblePlacementError, match="no placement fits the memory caps"):
         solve(p)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -347,17 +348,24 @@ def _return_type_of_body(mod, _ctx):
     return mod
 
 
+def _memory_planning() -> list:
+    """The first passes of :func:`vm_pipeline`: up to device-aware static memory planning."""
+    return [
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.ToNonDataflow(),
+        relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(),
+        _scope_pass(tag=True),
+        relax.transform.StaticPlanBlockMemory(),
+        _scope_pass(tag=False),
+    ]
+
+
 def vm_pipeline() -> tvm.transform.Pass:
     """TVM's default Relax build pipeline with device-aware static memory planning."""
     return tvm.transform.Sequential(
         [
-            relax.transform.RewriteDataflowReshape(),
-            relax.transform.ToNonDataflow(),
-            relax.transform.RemovePurityChecking(),
-            relax.transform.CallTIRRewrite(),
-            _scope_pass(tag=True),
-            relax.transform.StaticPlanBlockMemory(),
-            _scope_pass(tag=False),
+            *_memory_planning(),
             relax.transform.RewriteCUDAGraph(),
             relax.transform.LowerAllocTensor(),
             relax.transform.KillAfterLastUse(),
@@ -368,6 +376,45 @@ def vm_pipeline() -> tvm.transform.Pass:
             relax.transform.AttachGlobalSymbol(),
         ]
     )
+
+
+_TO_VDEVICE = tvm.ir.Op.get("relax.to_vdevice")
+
+
+def planned_allocations(mod: tvm.IRModule, *, fuse: bool = True) -> dict:
+    """Bytes of activation memory :func:`build` gives each device of an annotated module, by vdevice index.
+
+    Lowered as :func:`build` lowers it, then planned by TVM's ``StaticPlanBlockMemory`` (as :func:`vm_pipeline`
+    does): every storage it allocates, each tensor it leaves to the runtime (the model's outputs), and each
+    ``to_vdevice`` copy's destination buffer (allocated when the copy runs, from the device's pool). Weights and
+    inputs are not in it. Compiles no kernel, but schedules them (seconds for a base model).
+    """
+    planned = tvm.transform.Sequential(_memory_planning())(lower(mod, fuse=fuse))
+    per_device: dict[int, int] = {}
+
+    def add(index, nbytes):
+        per_device[int(index)] = per_device.get(int(index), 0) + int(nbytes)
+
+    def tensor_bytes(ty):
+        return int(tvm.DataType(ty.dtype).bits) // 8 * int(np.prod([int(x) for x in ty.shape.values]))
+
+    vdevices = list(mod.global_infos.get("vdevice", []))
+
+    def visit(expr):
+        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+            return
+        if expr.op.same_as(_ALLOC_STORAGE):  # (size in bytes, device index, scope, dtype)
+            add(expr.args[1].value, int(expr.args[0].values[0]))
+        elif expr.op.same_as(_ALLOC_TENSOR):  # (shape, dtype, device index, scope)
+            add(expr.args[2].value, tensor_bytes(expr.ty))
+        elif expr.op.same_as(_TO_VDEVICE):
+            target = expr.attrs.dst_vdevice
+            index = next(i for i, v in enumerate(vdevices)  # (VDevice.same_as recurses forever in TVM 0.27)
+                         if int(v.vdevice_id) == int(target.vdevice_id) and v.target.kind.name == target.target.kind.name)
+            add(index, tensor_bytes(expr.ty))
+
+    relax.analysis.post_order_visit(planned["main"], visit)
+    return per_device
 
 
 def build(mod: tvm.IRModule, *, fuse: bool = True, schedule_cpu: bool = True):

@@ -181,7 +181,7 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
     host_kind = targets.host.kind
     for n, d in graph.nodes(data=True):
         if d.get("kind") == "input":
-            view.add_node(n, kind="input", pinned=host, output_bytes=d["output_bytes"])
+            view.add_node(n, kind="input", pinned=host, output_bytes=d["output_bytes"], order=d.get("order", -1))
     for name, nodes in members.items():
         latency, source, band, kernel = {}, {}, {}, {}
         for tname in targets:
@@ -214,8 +214,9 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
         weights = {p for n in nodes for p in graph.predecessors(n) if graph.nodes[p].get("kind") == "weight"}
         view.add_node(name, kind="unit", ops=[graph.nodes[n]["op"] for n in nodes], latency_us=latency,
                       cost_source=source, band_us=band, kernel=kernel, weight_bytes=int(sum(graph.nodes[w]["weight_bytes"] for w in weights)),
-                      output_bytes=graph.nodes[name].get("output_bytes", 0))
-    view.add_node("output", kind="output", pinned=host)
+                      output_bytes=graph.nodes[name].get("output_bytes", 0), order=graph.nodes[name].get("order"))
+    view.add_node("output", kind="output", pinned=host, order=graph.nodes["output"].get("order")
+                  if "output" in graph else None)
     # Edges: every tensor a unit (or the output) reads that another node makes.
     for consumer, d in graph.nodes(data=True):
         if d.get("kind") not in ("op", "output"):

@@ -25,7 +25,7 @@ class PlacementCost(NamedTuple):
     copy_src: np.ndarray
     copy_dst: np.ndarray
     copy_latency_us: np.ndarray
-    #: bytes used on each target (conservative, see :class:`PlacementProblem`)
+    #: bytes used on each target (weights and the busiest point's activations, see :class:`PlacementProblem`)
     memory_bytes: np.ndarray
     #: compute microseconds on each target
     compute_us_by_target: np.ndarray
@@ -63,11 +63,7 @@ def evaluate(problem: PlacementProblem, target_of: np.ndarray) -> PlacementCost:
     src = target_of[p.tensor_producer[t]]
     lat = p.copy_latency_us[t, src, dst]
 
-    # presence: where placed, plus where a tensor of the node is copied
-    present = np.zeros((p.n_nodes, k), dtype=bool)
-    present[np.arange(p.n_nodes), target_of] = True
-    present[p.tensor_producer[t], dst] = True
-    memory = p.footprint_bytes.astype(np.float64) @ present
+    memory = p.memory_use(target_of, t, dst)
 
     return PlacementCost(
         compute_us=float(node_lat.sum()),
@@ -98,10 +94,7 @@ def batch_objective_us(problem: PlacementProblem, target_of: np.ndarray):
     A = np.asarray(target_of, dtype=np.int64)
     B = A.shape[0]
     obj = p.latency_us[np.arange(p.n_nodes)[None, :], A].sum(axis=1) if p.n_nodes else np.zeros(B)
-    present = np.zeros((B, p.n_nodes, k), dtype=bool)
-    for d in range(k):
-        present[:, :, d] = A == d
-    rows = np.arange(B)
+    copied = np.zeros((B, p.n_tensors, k), dtype=bool)  # tensor t copied to target d
     for t in range(p.n_tensors):
         prod = p.tensor_producer[t]
         consumers = p.use_consumer[p.use_tensor == t]
@@ -109,8 +102,18 @@ def batch_objective_us(problem: PlacementProblem, target_of: np.ndarray):
         for d in range(k):
             needed = (A[:, consumers] == d).any(axis=1) & (src != d)
             obj = obj + needed * p.copy_latency_us[t, src, d]
-            present[rows[needed], prod, d] = True
-    memory = np.einsum("bnd,n->bd", present, p.footprint_bytes.astype(np.float64))
+            copied[:, t, d] = needed
+    placed = A[:, :, None] == np.arange(k)[None, None, :]  # (B, n, k)
+    static = np.einsum("bnd,n->bd", placed, p.static_bytes.astype(np.float64))
+    resident = p.resident[p.tensor_producer]
+    static += np.einsum("btd,t->bd", copied[:, resident], p.tensor_nbytes[resident].astype(np.float64))
+    items = p.live_items
+    present = placed[:, items["producer"]]  # (B, items, k)
+    is_tensor = items["tensor"] >= 0
+    present[:, is_tensor] |= copied[:, items["tensor"][is_tensor]]
+    live = p.live_matrix.toarray()  # (points, items): brute force is for tiny problems
+    held = np.einsum("ri,bid->brd", live, present * items["nbytes"][None, :, None].astype(np.float64))
+    memory = static + (held.max(axis=1) if live.shape[0] else 0.0)
     return obj, memory
 
 

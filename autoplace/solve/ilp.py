@@ -4,9 +4,12 @@ Formulation
 -----------
 Sets: nodes :math:`i`, targets :math:`d, s`, tensors :math:`t` (made by node :math:`p(t)`,
 consumed by nodes :math:`u \in C(t)`). Data: ``latency_us`` :math:`L_{i,d}`, copy latency
-:math:`W_{t,s,d}` (``PlacementProblem.copy_latency_us``; 0 for resident tensors), footprint
-:math:`F_i` = ``weight_bytes + output_bytes``, memory cap :math:`M_d`. :math:`A_i` is the set
-of targets node :math:`i` may use (supported, and the pinned one only if pinned).
+:math:`W_{t,s,d}` (``PlacementProblem.copy_latency_us``; 0 for resident tensors), bytes a node
+holds for the whole run where placed :math:`S_i` (``static_bytes``: weights), bytes :math:`b_t` of a
+tensor, memory cap :math:`M_d`. :math:`A_i` is the set of targets node :math:`i` may use (supported,
+and the pinned one only if pinned). Activations are live over intervals of program positions
+(``PlacementProblem.live_items``); :math:`P` are the positions that can be the busiest (``live_matrix``), :math:`L(r)` the
+tensors live at :math:`r \in P` (and :math:`R` the tensors of resident nodes, held for the whole run).
 
 Variables:
 
@@ -16,9 +19,8 @@ Variables:
   created only where :math:`s \in A_{p(t)}` and some consumer may run on :math:`d`, and only
   for tensors whose copies cost something (all tensors when memory is capped). Integral at
   every optimum once the :math:`x` are, so left continuous.
-* :math:`y_{i,d} \in [0,1]`, node :math:`i` is present on capped target :math:`d` through a
-  copy; only for nodes with two or more tensors (for a node with one tensor,
-  :math:`\sum_s c_{t,s,d}` is that indicator already).
+* :math:`w_d \in [0, 1]`, the share of capped target :math:`d`'s memory that stays taken for the
+  whole run.
 
 Objective (microseconds; serial sum of latencies)::
 
@@ -34,11 +36,13 @@ Constraints:
 (c) a copy leaves from where the tensor was made: :math:`c_{t,s,d} \le x_{p(t),s}`.
     Together with (b) the copy is charged at the right source's price, and an LP
     relaxation cannot buy it from a cheaper, fractional source beyond :math:`x_{p,s}`.
-(d) memory, for every capped target :math:`d`:
-    :math:`\sum_i F_i x_{i,d} + \sum_{t:\,p(t)\text{ has one tensor}} F_{p(t)} \sum_s c_{t,s,d}
-    + \sum_i F_i y_{i,d} \le M_d` (rows divided by :math:`M_d` for scaling).
-(e) presence of a multi-tensor node on a capped target through any of its tensors:
-    :math:`y_{p(t),d} \ge \sum_s c_{t,s,d}`.
+(d) memory, for every capped target :math:`d`: what stays,
+    :math:`\sum_i S_i x_{i,d} + \sum_{t \in R} b_t \sum_s c_{t,s,d} \le M_d w_d`, and at every
+    :math:`r \in P`, :math:`M_d w_d + \sum_{t \in L(r)} b_t (x_{p(t),d} + \sum_s c_{t,s,d}) \le M_d`
+    (a tensor is on :math:`d` where made there or copied there, never both; an output no edge
+    carries counts as a tensor live at its producer only, with no copies; rows divided by :math:`M_d`).
+    On a large model whose rows would hold more than :data:`MEMORY_ENTRIES` entries, neighbouring
+    points share a row that counts every tensor live at any of them (a count that can only be high).
 
 With (b) and (c) the LP relaxation is strong: on two targets it is the min-cut LP (integral);
 on three random layered DAGs of 10,000 nodes its bound was within 0.1 % of the optimum.
@@ -84,6 +88,24 @@ __all__ = ["LP_FIRST_NNZ", "IlpModel", "build_model", "solve_ilp"]
 
 #: Models with more nonzeros than this start with the PDLP phases (see module docstring).
 LP_FIRST_NNZ = 150_000
+#: Most (program point, live tensor) entries of the memory rows (d) of one capped target; beyond it, neighbouring
+#: points are merged into one row that counts every tensor live at any of them (:func:`_coarse_points`).
+MEMORY_ENTRIES = 100_000
+
+
+def _coarse_points(live: sp.csr_array, budget: int) -> sp.csr_array:
+    """``live`` (points x items, 0/1) with runs of neighbouring points merged into one row holding every item live
+    at any of them, the shortest runs that bring its entries within ``budget``: a cap that holds for the merged
+    rows holds at every point (a count that may be high, never low). Unchanged when within ``budget``."""
+    n_points = live.shape[0]
+    run = 1
+    merged = live
+    while merged.nnz > budget and run < n_points:
+        run *= 2
+        group = sp.csr_array((np.ones(n_points), (np.arange(n_points) // run, np.arange(n_points))),
+                             shape=((n_points + run - 1) // run, n_points))
+        merged = (group @ live).astype(bool).astype(np.float64)
+    return sp.csr_array(merged)
 
 
 @dataclass
@@ -209,13 +231,10 @@ def build_model(problem: PlacementProblem) -> IlpModel:
     cid[copy_t, copy_s, copy_d] = n_x + np.arange(n_c)
     c_cost = W[copy_t, copy_s, copy_d]
 
-    # (e) presence variables, for nodes with several modelled tensors on capped targets
-    tensors_of = np.bincount(prod[modelled], minlength=n)
-    multi = tensors_of >= 2
-    y_node, y_dst = np.nonzero(multi[:, None] & capped[None, :])
-    n_y = len(y_node)
-    yid = np.full((n, k), -1, dtype=np.int64)
-    yid[y_node, y_dst] = n_x + n_c + np.arange(n_y)
+    # memory variables: w_d, the share of capped target d's memory that stays taken for the whole run
+    caps_d = np.nonzero(capped)[0]
+    n_w = len(caps_d)
+    resident_t = p.resident[prod]
 
     R = _Rows()
     # (a) one target per node
@@ -250,46 +269,48 @@ def build_model(problem: PlacementProblem) -> IlpModel:
         0.0,
     )
 
-    # (d) memory caps, each row divided by its cap
-    F = p.footprint_bytes.astype(np.float64)
-    for dd in np.nonzero(capped)[0]:
+    # (d) memory caps, each row divided by its cap: what stays for the run (w_d), then w_d plus the
+    # activations live at each program point that can be the busiest
+    items = p.live_items
+    live = _coarse_points(p.live_matrix, MEMORY_ENTRIES).tocoo()
+    item_t = items["tensor"][live.col]
+    for j, dd in enumerate(caps_d):
         cap = float(p.memory_bytes[dd])
         scale = 1.0 / cap if cap > 0 else 1.0
-        into = np.nonzero((copy_d == dd) & ~multi[prod[copy_t]])[0]
-        ys = np.nonzero(yid[:, dd] >= 0)[0]
-        cols = np.concatenate([np.arange(n) * k + dd, n_x + into, yid[ys, dd]])
-        vals = np.concatenate([F, F[prod[copy_t[into]]], F[ys]]) * scale
+        w_col = n_x + n_c + j
+        into = np.nonzero((copy_d == dd) & resident_t[copy_t])[0]
+        cols = np.concatenate([np.arange(n) * k + dd, n_x + into, [w_col]])
+        vals = np.concatenate([p.static_bytes.astype(np.float64), p.tensor_nbytes[copy_t[into]].astype(np.float64),
+                               [-cap]]) * scale
         keep = vals != 0
-        R.add(
-            f"(d) memory cap of {p.targets[dd]}",
-            1,
-            np.zeros(int(keep.sum())),
-            cols[keep],
-            vals[keep],
-            -np.inf,
-            cap * scale,
-        )
+        R.add(f"(d) memory that stays on {p.targets[dd]}", 1, np.zeros(int(keep.sum())), cols[keep], vals[keep],
+              -np.inf, 0.0)
+        n_points = live.shape[0]
+        if not n_points:
+            continue
+        # per live entry: the producer's x on dd, and every copy of the tensor into dd
+        rows = [live.row, np.arange(n_points)]
+        cols = [items["producer"][live.col] * k + dd, np.full(n_points, w_col)]
+        vals = [items["nbytes"][live.col].astype(np.float64), np.full(n_points, cap)]
+        is_t = item_t >= 0
+        copy_cols = (cid[np.where(is_t, item_t, 0)[:, None], np.arange(k)[None, :], dd] if m
+                     else np.full((len(item_t), k), -1))  # (entries, k)
+        has = (copy_cols >= 0) & is_t[:, None]
+        rows.append(np.broadcast_to(live.row[:, None], copy_cols.shape)[has])
+        cols.append(copy_cols[has])
+        vals.append(np.broadcast_to(items["nbytes"][live.col][:, None], copy_cols.shape)[has].astype(np.float64))
+        vals = np.concatenate(vals) * scale
+        keep = vals != 0
+        R.add(f"(d) memory of {p.targets[dd]} at each program point", n_points, np.concatenate(rows)[keep],
+              np.concatenate(cols)[keep], vals[keep], -np.inf, cap * scale)
 
-    # (e) presence of multi-tensor nodes through any of their tensors
-    tm = np.nonzero(modelled & multi[prod])[0]
-    if len(tm) and n_y:
-        caps_d = np.nonzero(capped)[0]
-        t_rows, d_rows = np.repeat(tm, len(caps_d)), np.tile(caps_d, len(tm))
-        r = np.arange(len(t_rows))
-        cols = cid[t_rows[:, None], np.arange(k)[None, :], d_rows[:, None]]
-        has = cols >= 0
-        rr = np.concatenate([r, np.broadcast_to(r[:, None], cols.shape)[has]])
-        cc = np.concatenate([yid[prod[t_rows], d_rows], cols[has]])
-        vv = np.concatenate([np.ones(len(r)), -np.ones(int(has.sum()))])
-        R.add("(e) presence through any tensor", len(r), rr, cc, vv, 0.0, np.inf)
-
-    n_vars = n_x + n_c + n_y
+    n_vars = n_x + n_c + n_w
     matrix, row_lower, row_upper = R.matrix(n_vars)
     return IlpModel(
-        cost=np.concatenate([x_cost, c_cost, np.zeros(n_y)]),
+        cost=np.concatenate([x_cost, c_cost, np.zeros(n_w)]),
         lower=np.zeros(n_vars),
-        upper=np.concatenate([x_upper, np.ones(n_c + n_y)]),
-        integral=np.concatenate([np.ones(n_x, bool), np.zeros(n_c + n_y, bool)]),
+        upper=np.concatenate([x_upper, np.ones(n_c), np.ones(n_w)]),
+        integral=np.concatenate([np.ones(n_x, bool), np.zeros(n_c + n_w, bool)]),
         matrix=matrix,
         row_lower=row_lower,
         row_upper=row_upper,
@@ -394,41 +415,51 @@ def check_memory_caps(problem: PlacementProblem) -> None:
     p = problem
     if not p.has_memory_caps:
         return
-    F = p.footprint_bytes
+    items = p.live_items
+
+    def busiest(on: np.ndarray) -> float:
+        """Bytes live at the busiest program point of the items whose producers ``on`` marks."""
+        held = p.live_matrix @ (items["nbytes"] * on[items["producer"]]).astype(np.float64)
+        return float(held.max()) if len(held) else 0.0
+
+    S = p.static_bytes
     only = p.allowed.sum(axis=1) == 1
     for d, t in enumerate(p.targets):
         cap = p.memory_bytes[d]
-        forced = np.nonzero(only & p.allowed[:, d])[0]
-        need = int(F[forced].sum())
+        forced = only & p.allowed[:, d]
+        need = int(S[forced].sum() + busiest(forced))
         if need > cap:
-            names = [p.nodes[i] for i in forced[np.argsort(-F[forced])][:5]]
+            which = np.nonzero(forced)[0]
+            names = [p.nodes[i] for i in which[np.argsort(-p.footprint_bytes[which])][:5]]
             raise InfeasiblePlacementError(
-                f"memory cap of {t} ({int(cap)} bytes) is below the weights and outputs of the "
+                f"memory cap of {t} ({int(cap)} bytes) is below the weights and live outputs of the "
                 f"nodes that must run there ({need} bytes; largest: {names}): raise "
                 f"memory_bytes[{t!r}] to at least {need} or unpin some of them"
             )
-    fits_somewhere = (p.allowed & (F[:, None] <= p.memory_bytes[None, :])).any(axis=1)
+    # a node needs its weights and its outputs at once where it runs
+    own = S + np.bincount(items["producer"], weights=items["nbytes"], minlength=p.n_nodes).astype(np.int64)
+    fits_somewhere = (p.allowed & (own[:, None] <= p.memory_bytes[None, :])).any(axis=1)
     if not fits_somewhere.all():
         i = int(np.argmin(fits_somewhere))
         where = [p.targets[d] for d in np.nonzero(p.allowed[i])[0]]
         raise InfeasiblePlacementError(
-            f"node {p.nodes[i]!r} needs {int(F[i])} bytes but no target it may run on "
+            f"node {p.nodes[i]!r} needs {int(own[i])} bytes but no target it may run on "
             f"({where}) has that much memory: raise memory_bytes for one of them"
         )
-    total, capacity = float(F.sum()), float(p.memory_bytes.sum())
+    total, capacity = float(S.sum()) + busiest(np.ones(p.n_nodes, dtype=bool)), float(p.memory_bytes.sum())
     if total > capacity:
         raise InfeasiblePlacementError(
-            f"the nodes need {int(total)} bytes in all but the targets hold {int(capacity)} "
-            "bytes together: raise memory_bytes"
+            f"the nodes need {int(total)} bytes in all (weights, and the activations live at the busiest "
+            f"point) but the targets hold {int(capacity)} bytes together: raise memory_bytes"
         )
 
 
 def _infeasible_message(problem: PlacementProblem) -> str:
     caps = {t: int(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
     return (
-        f"no placement fits the memory caps {caps} (memory counts every node placed on a target "
-        "plus every tensor copied to it): raise memory_bytes for one of these targets, or "
-        "unpin nodes from them"
+        f"no placement fits the memory caps {caps} (memory counts the weights of every node placed on a "
+        "target and the tensors made on it or copied to it while they are live): raise memory_bytes for one "
+        "of these targets, or unpin nodes from them"
     )
 
 

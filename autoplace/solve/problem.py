@@ -89,6 +89,26 @@ class CopyCost:
         return out
 
 
+def _program_positions(graph, nodes: list) -> np.ndarray:
+    """Each node's rank in a topological order of ``graph`` that follows the nodes' ``order`` attribute (then
+    insertion order) where the edges leave a choice; insertion order for a graph with a cycle."""
+    import networkx as nx
+
+    index = {v: i for i, v in enumerate(nodes)}
+
+    def rank(v):
+        order = graph.nodes[v].get("order")
+        return (float(order) if isinstance(order, (int, float)) else math.inf, index[v])
+
+    try:
+        ranked = list(nx.lexicographical_topological_sort(graph, key=rank))
+    except nx.NetworkXUnfeasible:
+        return np.arange(len(nodes), dtype=np.int64)
+    position = np.empty(len(nodes), dtype=np.int64)
+    position[[index[v] for v in ranked]] = np.arange(len(nodes))
+    return position
+
+
 class PlacementProblem:
     """Which node may run where, what it costs there, and what moving its outputs costs.
 
@@ -107,10 +127,20 @@ class PlacementProblem:
     different targets, no overlap of copies with compute), so the cost is an upper bound on
     what an overlapping runtime achieves and exact for a serial one.
 
-    Memory used on target ``d`` is the sum of ``weight_bytes + output_bytes`` over every node
-    present on ``d``: placed there, or with one of its tensors copied there. That is a
-    conservative bound: no liveness reuse of activations, and a node whose output is copied to
-    ``d`` is charged its weights there as well.
+    Memory used on target ``d`` (:meth:`memory_use`) is what stays there for the whole run plus the
+    activations live there at the busiest point of the program:
+
+    * the ``weight_bytes`` of every node placed on ``d``; a resident node's tensors (weights uploaded at
+      load time) where it is placed or copied (the larger of its ``weight_bytes`` and ``output_bytes``
+      where placed, the tensor's bytes where copied);
+    * at each program point (``position``: the order the nodes run in), the tensors live there, each
+      from its producer's position to its last consumer's: on the producer's target, and on every
+      target it is copied to; an output no edge carries (``output_bytes`` beyond its tensors), at its
+      producer's position only.
+
+    That is what a memory planner that reuses a dead tensor's storage needs at least (TVM's
+    ``StaticPlanBlockMemory`` does); it may need more where sizes fragment its pool
+    (:func:`autoplace.backend.pipeline.planned_memory_bytes` reads what it really allocates).
 
     Parameters
     ----------
@@ -143,6 +173,9 @@ class PlacementProblem:
     copy_points : dict, optional
         ``{(source, destination): [(bytes, us), ...] or CopyCost}`` (target names or numbers): copies measured size by size,
         priced by :class:`CopyCost`'s interpolation instead of the line for that pair.
+    position : array_like of int, shape (n_nodes,), optional
+        Where each node runs in the program (any increasing numbers; ties allowed). Default: node
+        order. Tensors are live from their producer's position to their last consumer's.
 
     Raises
     ------
@@ -172,6 +205,7 @@ class PlacementProblem:
         copy_us_per_byte,
         memory_bytes=None,
         copy_points=None,
+        position=None,
     ):
         self.nodes = tuple(nodes)
         self.targets = tuple(str(t) for t in targets)
@@ -201,6 +235,8 @@ class PlacementProblem:
         if memory_bytes is None:
             memory_bytes = np.full(k, np.inf)
         self.memory_bytes = np.asarray(memory_bytes, dtype=np.float64).reshape(k)
+        self.position = np.arange(n, dtype=np.int64) if position is None else (
+            np.asarray(position, dtype=np.int64).reshape(n))
         self._check()
 
     # ------------------------------------------------------------------ construction
@@ -227,7 +263,10 @@ class PlacementProblem:
             out-edges, 0 without any). Edge attributes: ``nbytes`` (int, default 0) and
             ``tensor`` (key telling apart several tensors of one producer; edges without it
             carry the producer's single tensor). Where edges of one tensor disagree on
-            ``nbytes``, the largest is used.
+            ``nbytes``, the largest is used. The nodes' ``position`` in the program (what tensors are
+            live together, for memory) is the graph's topological order, ties broken by the node
+            attribute ``order`` (a program's binding order, as :func:`autoplace.graph.op_graph` gives
+            it), then by insertion order.
         copy_cost : mapping
             ``{(src_target, dst_target): (alpha_us, us_per_byte)}`` (or :class:`CopyCost`).
             Every ordered pair of distinct targets needs an entry.
@@ -386,6 +425,7 @@ class PlacementProblem:
         return cls(
             nodes, targets, latency, pinned, weight, output, resident,
             producer, key, nbytes, use_pairs[:, 0], use_pairs[:, 1], alpha, beta, caps, points,
+            _program_positions(graph, nodes),
         )  # fmt: skip
 
     def _check(self) -> None:
@@ -508,8 +548,91 @@ class PlacementProblem:
 
     @cached_property
     def footprint_bytes(self) -> np.ndarray:
-        """Int array (n_nodes,): bytes a node takes on a target where it is present."""
+        """Int array (n_nodes,): a node's weights and output, what it needs at least where it runs."""
         return self.weight_bytes + self.output_bytes
+
+    @cached_property
+    def static_bytes(self) -> np.ndarray:
+        """Int array (n_nodes,): bytes a node holds for the whole run on the target it is placed on: its
+        weights; a resident node's tensors too (the larger of its ``weight_bytes`` and ``output_bytes``)."""
+        return np.where(self.resident, np.maximum(self.weight_bytes, self.output_bytes), self.weight_bytes)
+
+    @cached_property
+    def live_items(self) -> dict:
+        """The activations a placement holds, each live over an interval of program positions.
+
+        Returns
+        -------
+        dict of numpy.ndarray, one entry per item
+            ``producer`` (node number), ``tensor`` (tensor number; -1 for an output no edge carries),
+            ``nbytes``, ``first`` and ``last`` (positions, inclusive). Every tensor of a non-resident node,
+            from its producer's position to its last consumer's; and for a non-resident node whose
+            ``output_bytes`` exceed its tensors' bytes, the rest, at its own position.
+        """
+        pos = self.position
+        first = pos[self.tensor_producer].copy()
+        last = first.copy()
+        np.minimum.at(first, self.use_tensor, pos[self.use_consumer])  # an order that is not topological
+        np.maximum.at(last, self.use_tensor, pos[self.use_consumer])
+        carried = np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes)
+        extra = np.maximum(self.output_bytes - carried, 0).astype(np.int64)
+        rest = np.nonzero((extra > 0) & ~self.resident)[0]
+        keep = np.nonzero(~self.resident[self.tensor_producer])[0]
+        return dict(
+            producer=np.concatenate([self.tensor_producer[keep], rest]).astype(np.int64),
+            tensor=np.concatenate([keep, np.full(len(rest), -1)]).astype(np.int64),
+            nbytes=np.concatenate([self.tensor_nbytes[keep], extra[rest]]).astype(np.int64),
+            first=np.concatenate([first[keep], pos[rest]]).astype(np.int64),
+            last=np.concatenate([last[keep], pos[rest]]).astype(np.int64),
+        )
+
+    @cached_property
+    def live_matrix(self):
+        """Sparse 0/1 matrix (n_points, n_items) of :attr:`live_items`: which items are live together at each
+        program point that can be the busiest: a position where some item starts and some item ends before
+        the next one starts (elsewhere the live set is contained in the one at the start before it, or at the
+        next start)."""
+        import scipy.sparse as sp
+
+        items = self.live_items
+        first, last = items["first"], items["last"]
+        starts = np.unique(first)
+        following = np.append(starts[1:], np.iinfo(np.int64).max)
+        ends = np.sort(last)
+        points = starts[np.searchsorted(ends, starts, side="left") < np.searchsorted(ends, following, side="left")]
+        lo = np.searchsorted(points, first, side="left")
+        hi = np.searchsorted(points, last, side="right")
+        length = np.maximum(hi - lo, 0)
+        total = int(length.sum())
+        cols = np.repeat(np.arange(len(first)), length)
+        rows = np.arange(total) - np.repeat(np.cumsum(length) - length, length) + np.repeat(lo, length)
+        return sp.csr_array((np.ones(total), (rows, cols)), shape=(len(points), len(first)))
+
+    def memory_use(self, target_of, copy_tensor=None, copy_dst=None) -> np.ndarray:
+        """Bytes used on each target (see the class docstring) by the placement ``target_of`` (target number of
+        each node) with copies of tensors ``copy_tensor[j]`` to targets ``copy_dst[j]`` (default: the copies the
+        placement needs, one per tensor and destination of its consumers)."""
+        k = self.n_targets
+        target_of = np.asarray(target_of, dtype=np.int64)
+        if copy_tensor is None:
+            src = target_of[self.tensor_producer[self.use_tensor]]
+            dst = target_of[self.use_consumer]
+            code = np.unique(self.use_tensor[src != dst] * k + dst[src != dst])
+            copy_tensor, copy_dst = code // k, code % k
+        copy_tensor, copy_dst = np.asarray(copy_tensor, dtype=np.int64), np.asarray(copy_dst, dtype=np.int64)
+        static = np.bincount(target_of, weights=self.static_bytes, minlength=k).astype(np.float64)
+        resident = self.resident[self.tensor_producer[copy_tensor]]
+        static += np.bincount(copy_dst[resident], weights=self.tensor_nbytes[copy_tensor[resident]], minlength=k)
+        items = self.live_items
+        present = np.zeros((len(items["nbytes"]), k), dtype=bool)
+        present[np.arange(len(items["nbytes"])), target_of[items["producer"]]] = True
+        row_of_tensor = np.full(self.n_tensors, -1, dtype=np.int64)
+        is_tensor = items["tensor"] >= 0
+        row_of_tensor[items["tensor"][is_tensor]] = np.nonzero(is_tensor)[0]
+        rows = row_of_tensor[copy_tensor]
+        present[rows[rows >= 0], copy_dst[rows >= 0]] = True
+        live = self.live_matrix @ (present * items["nbytes"][:, None].astype(np.float64))
+        return static + (live.max(axis=0) if live.shape[0] else 0.0)
 
     @property
     def has_memory_caps(self) -> bool:
@@ -573,6 +696,7 @@ class PlacementProblem:
             "copy_us_per_byte": self.copy_us_per_byte.tolist(),
             "memory_bytes": [_finite_or_none(x) for x in self.memory_bytes],
             "copy_points": [[s, d, c.points.tolist()] for (s, d), c in self.copy_points.items()],
+            "position": self.position.tolist(),
         }
 
     @classmethod
@@ -603,6 +727,7 @@ class PlacementProblem:
             copy_us_per_byte=data["copy_us_per_byte"],
             memory_bytes=inf_for_none(data["memory_bytes"], (k,)),
             copy_points={(int(s), int(d)): pts for s, d, pts in data.get("copy_points", [])},
+            position=data.get("position"),
         )
 
     def __repr__(self) -> str:

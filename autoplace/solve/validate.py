@@ -29,33 +29,55 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
     compute_us : float
     copy_us : float
     memory_bytes : dict
-        ``{target: bytes}`` used on each target (conservative, see :class:`PlacementProblem`).
+        ``{target: bytes}`` used on each target: what stays there for the whole run plus the activations
+        live there at its busiest program position (see :class:`PlacementProblem`).
     """
     p = problem
     compute_us = 0.0
-    present = {t: set() for t in p.targets}
+    static = {t: 0.0 for t in p.targets}
     for i, v in enumerate(p.nodes):
         t = assignment[v]
         compute_us += float(p.latency_us[i, p.targets.index(t)])
-        present[t].add(i)
+        held = max(int(p.weight_bytes[i]), int(p.output_bytes[i])) if p.resident[i] else int(p.weight_bytes[i])
+        static[t] += held
 
     consumers: dict[int, list[int]] = {}
     for t, c in zip(p.use_tensor.tolist(), p.use_consumer.tolist()):
         consumers.setdefault(t, []).append(c)
     copy_us = 0.0
-    for t, cons in consumers.items():
+    # activations: (target, bytes, first position, last position)
+    live = []
+    for t in range(p.n_tensors):
         i = int(p.tensor_producer[t])
         src = assignment[p.nodes[i]]
-        s = p.targets.index(src)
-        for dst in sorted({assignment[p.nodes[c]] for c in cons} - {src}):
-            d = p.targets.index(dst)
-            present[dst].add(i)
-            if not p.resident[i]:
-                copy_us += p.copy_us(s, d, float(p.tensor_nbytes[t]))
-    memory = {
-        t: float(sum(int(p.weight_bytes[i]) + int(p.output_bytes[i]) for i in nodes))
-        for t, nodes in present.items()
-    }
+        cons = consumers.get(t, [])
+        where = {src} | {assignment[p.nodes[c]] for c in cons}
+        for dst in sorted(where - {src}):
+            if p.resident[i]:
+                static[dst] += int(p.tensor_nbytes[t])
+            else:
+                copy_us += p.copy_us(p.targets.index(src), p.targets.index(dst), float(p.tensor_nbytes[t]))
+        if not p.resident[i]:
+            span = [int(p.position[i])] + [int(p.position[c]) for c in cons]
+            live += [(dst, int(p.tensor_nbytes[t]), min(span), max(span)) for dst in where]
+    carried: dict[int, int] = {}
+    for t in range(p.n_tensors):
+        carried[int(p.tensor_producer[t])] = carried.get(int(p.tensor_producer[t]), 0) + int(p.tensor_nbytes[t])
+    for i, v in enumerate(p.nodes):
+        if not p.resident[i] and int(p.output_bytes[i]) > carried.get(i, 0):
+            live.append((assignment[v], int(p.output_bytes[i]) - carried.get(i, 0), int(p.position[i]),
+                         int(p.position[i])))
+    # a sweep over the program per target: +bytes where an activation starts, -bytes after its last position
+    events = {t: [] for t in p.targets}
+    for dst, nbytes, lo, hi in live:
+        events[dst] += [(lo, 0, nbytes), (hi, 1, -nbytes)]
+    memory = {}
+    for t in p.targets:
+        held = busiest = 0
+        for _, _, change in sorted(events[t]):
+            held += change
+            busiest = max(busiest, held)
+        memory[t] = float(static[t] + busiest)
     return compute_us, copy_us, memory
 
 
