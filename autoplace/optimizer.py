@@ -383,7 +383,14 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
             counted = {t: max(0.0, counted[t] - over.get(t, 0.0)) for t in counted}
             problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
                                                   memory_bytes=counted, pins=unit_pins)
-            plan = solve(problem, method=method, time_limit_s=time_limit_s)
+            try:
+                plan = solve(problem, method=method, time_limit_s=time_limit_s)
+            except InfeasiblePlacementError as err:
+                raise InfeasiblePlacementError(
+                    f"the memory caps {_bytes_text(caps)} do not hold the build of any plan: the best plan under "
+                    f"them needs {', '.join(f'{built[t]} bytes on {t}' for t in over)} once built (TVM's memory "
+                    f"planner, copies and outputs), and with that much less ({_bytes_text(counted)}) the solver "
+                    f"finds none ({err}): raise memory_bytes for {', '.join(repr(t) for t in over)}") from None
             timings["solve_s"] += plan.solve_time_s
             assignment = units.op_assignment(plan.assignment, graph)
             placement = Placement.from_assignment(model, graph, assignment, targets)
@@ -392,15 +399,19 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
             over = {t: built[t] for t, cap in caps.items() if built[t] > cap}
             if over:
                 raise InfeasiblePlacementError(
-                    f"the plan's build needs {', '.join(f'{b / 1e6:.3f} MB on {t}' for t, b in over.items())}, above "
-                    f"the memory caps {caps} after {MEMORY_CHECK_ROUNDS} tries (TVM's memory planner leaves gaps the "
-                    "solver's count of live tensors does not see): raise memory_bytes for "
+                    f"the plan's build needs {', '.join(f'{b} bytes on {t}' for t, b in over.items())}, above "
+                    f"the memory caps {_bytes_text(caps)} after {MEMORY_CHECK_ROUNDS} tries (TVM's memory planner "
+                    "leaves gaps the solver's count of live tensors does not see): raise memory_bytes for "
                     f"{', '.join(repr(t) for t in over)}")
     predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement,
                                                         in_context=units.graph.graph["in_context"].get(targets.host.kind, False))
     timings["total_s"] = time.perf_counter() - started
     return OptimizeResult(placement, plan, problem, units, assignment, targets, predicted_us, model.name, costs,
                           timings)
+
+
+def _bytes_text(caps: dict) -> str:
+    return str({t: int(c) for t, c in caps.items()})
 
 
 #: Solver methods whose plans :func:`optimize` checks against the memory caps by what their build allocates (the

@@ -16,7 +16,6 @@ import json
 import time
 
 import numpy as np
-
 from synthetic import default_copy_cost, layered_dag  # experiments/synthetic.py, beside this script
 
 from autoplace.solve import PlacementProblem, solve

@@ -110,7 +110,8 @@ def test_resident_weight_copies_are_free_but_take_memory():
 def test_activations_count_only_while_live():
     """A chain x -> a -> b -> c -> output of 1000-byte tensors holds two of them at a time, not all four: all
     three layers fit on a gpu of 2000 bytes (the input's copy and a's output while a runs, then a's and b's...),
-    and 1999 bytes push one off. The old count, every output held for the whole run, needed 4000."""
+    and 1999 bytes push one off. The old count, every output held for the whole run, needed 4000. The input
+    stays on the host for the whole run (the caller holds it)."""
     g = nx.DiGraph()
     g.add_node("x", pinned="cpu", order=-1)
     prev = "x"
@@ -126,7 +127,7 @@ def test_activations_count_only_while_live():
         plan = exact(fits, method)
         assert {plan.assignment[v] for v in "abc"} == {"gpu"}
         assert plan.per_target()["gpu"]["memory_bytes"] == 2000
-        assert plan.per_target()["cpu"]["memory_bytes"] == 1000  # x until a runs, c's copy after
+        assert plan.per_target()["cpu"]["memory_bytes"] == 2000  # the input x (the caller holds it), c's copy
     tight = PlacementProblem.from_graph(g, cost, memory_bytes={"gpu": 1999})
     for method in ("auto", "ilp", "brute_force"):
         assert "cpu" in {exact(tight, method).assignment[v] for v in "abc"}
@@ -154,8 +155,9 @@ def test_program_order_decides_what_is_live_together():
     assert run_order(one_then_other) == ["x", "p1", "p2", "q1", "q2", "z"]
     assert run_order(interleaved) == ["x", "p1", "q1", "p2", "q2", "z"]
     cpu = [0] * 6
-    assert one_then_other.memory_use(cpu)[0] == 1000 + 10 + 10  # while q2 runs: q1's output, p2's, q2's
-    assert interleaved.memory_use(cpu)[0] == 1000 + 1000 + 10  # while p2 runs: p1's output, q1's, p2's
+    # the input x (4 bytes) is held for the whole run, by the caller
+    assert one_then_other.memory_use(cpu)[0] == 4 + 1000 + 10 + 10  # while q2 runs: q1's output, p2's, q2's
+    assert interleaved.memory_use(cpu)[0] == 4 + 1000 + 1000 + 10  # while p2 runs: p1's output, q1's, p2's
     for p in (one_then_other, interleaved):
         assert solve(p, "all:cpu").memory_bytes_by_target["cpu"] == p.memory_use(cpu)[0]
         again = PlacementProblem.from_dict(p.to_dict())

@@ -108,7 +108,7 @@ def batch_objective_us(problem: PlacementProblem, target_of: np.ndarray):
     resident = p.resident[p.tensor_producer]
     static += np.einsum("btd,t->bd", copied[:, resident], p.tensor_nbytes[resident].astype(np.float64))
     items = p.live_items
-    present = placed[:, items["producer"]]  # (B, items, k)
+    present = placed[:, items["producer"]] & items["placed"][None, :, None]  # (B, items, k)
     is_tensor = items["tensor"] >= 0
     present[:, is_tensor] |= copied[:, items["tensor"][is_tensor]]
     live = p.live_matrix.toarray()  # (points, items): brute force is for tiny problems

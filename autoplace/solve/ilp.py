@@ -291,7 +291,7 @@ def build_model(problem: PlacementProblem) -> IlpModel:
         # per live entry: the producer's x on dd, and every copy of the tensor into dd
         rows = [live.row, np.arange(n_points)]
         cols = [items["producer"][live.col] * k + dd, np.full(n_points, w_col)]
-        vals = [items["nbytes"][live.col].astype(np.float64), np.full(n_points, cap)]
+        vals = [(items["nbytes"] * items["placed"])[live.col].astype(np.float64), np.full(n_points, cap)]
         is_t = item_t >= 0
         copy_cols = (cid[np.where(is_t, item_t, 0)[:, None], np.arange(k)[None, :], dd] if m
                      else np.full((len(item_t), k), -1))  # (entries, k)
@@ -419,7 +419,7 @@ def check_memory_caps(problem: PlacementProblem) -> None:
 
     def busiest(on: np.ndarray) -> float:
         """Bytes live at the busiest program point of the items whose producers ``on`` marks."""
-        held = p.live_matrix @ (items["nbytes"] * on[items["producer"]]).astype(np.float64)
+        held = p.live_matrix @ (items["nbytes"] * items["placed"] * on[items["producer"]]).astype(np.float64)
         return float(held.max()) if len(held) else 0.0
 
     S = p.static_bytes
@@ -437,7 +437,8 @@ def check_memory_caps(problem: PlacementProblem) -> None:
                 f"memory_bytes[{t!r}] to at least {need} or unpin some of them"
             )
     # a node needs its weights and its outputs at once where it runs
-    own = S + np.bincount(items["producer"], weights=items["nbytes"], minlength=p.n_nodes).astype(np.int64)
+    own = S + np.bincount(items["producer"], weights=items["nbytes"] * items["placed"],
+                          minlength=p.n_nodes).astype(np.int64)
     fits_somewhere = (p.allowed & (own[:, None] <= p.memory_bytes[None, :])).any(axis=1)
     if not fits_somewhere.all():
         i = int(np.argmin(fits_somewhere))

@@ -552,10 +552,21 @@ class PlacementProblem:
         return self.weight_bytes + self.output_bytes
 
     @cached_property
+    def source(self) -> np.ndarray:
+        """Bool array (n_nodes,): nodes that read no tensor and are not resident: a model's inputs, which the
+        caller holds for the whole run."""
+        reads = np.zeros(self.n_nodes, dtype=bool)
+        reads[self.use_consumer] = True
+        return ~reads & ~self.resident
+
+    @cached_property
     def static_bytes(self) -> np.ndarray:
         """Int array (n_nodes,): bytes a node holds for the whole run on the target it is placed on: its
-        weights; a resident node's tensors too (the larger of its ``weight_bytes`` and ``output_bytes``)."""
-        return np.where(self.resident, np.maximum(self.weight_bytes, self.output_bytes), self.weight_bytes)
+        weights; a resident node's tensors too (the larger of its ``weight_bytes`` and ``output_bytes``), and
+        an input's (:attr:`source`: its weights and the larger of its ``output_bytes`` and its tensors' bytes)."""
+        carried = np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes)
+        held = np.where(self.source, self.weight_bytes + np.maximum(self.output_bytes, carried), self.weight_bytes)
+        return np.where(self.resident, np.maximum(self.weight_bytes, self.output_bytes), held).astype(np.int64)
 
     @cached_property
     def live_items(self) -> dict:
@@ -565,9 +576,11 @@ class PlacementProblem:
         -------
         dict of numpy.ndarray, one entry per item
             ``producer`` (node number), ``tensor`` (tensor number; -1 for an output no edge carries),
-            ``nbytes``, ``first`` and ``last`` (positions, inclusive). Every tensor of a non-resident node,
-            from its producer's position to its last consumer's; and for a non-resident node whose
-            ``output_bytes`` exceed its tensors' bytes, the rest, at its own position.
+            ``nbytes``, ``first`` and ``last`` (positions, inclusive), ``placed`` (whether it counts on its
+            producer's target: not an input's, held there for the whole run, :attr:`static_bytes`, only its
+            copies). Every tensor of a non-resident node, from its producer's position to its last
+            consumer's; and for a non-resident node whose ``output_bytes`` exceed its tensors' bytes, the
+            rest, at its own position.
         """
         pos = self.position
         first = pos[self.tensor_producer].copy()
@@ -576,9 +589,10 @@ class PlacementProblem:
         np.maximum.at(last, self.use_tensor, pos[self.use_consumer])
         carried = np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes)
         extra = np.maximum(self.output_bytes - carried, 0).astype(np.int64)
-        rest = np.nonzero((extra > 0) & ~self.resident)[0]
+        rest = np.nonzero((extra > 0) & ~self.resident & ~self.source)[0]
         keep = np.nonzero(~self.resident[self.tensor_producer])[0]
         return dict(
+            placed=np.concatenate([~self.source[self.tensor_producer[keep]], np.ones(len(rest), dtype=bool)]),
             producer=np.concatenate([self.tensor_producer[keep], rest]).astype(np.int64),
             tensor=np.concatenate([keep, np.full(len(rest), -1)]).astype(np.int64),
             nbytes=np.concatenate([self.tensor_nbytes[keep], extra[rest]]).astype(np.int64),
@@ -625,7 +639,7 @@ class PlacementProblem:
         static += np.bincount(copy_dst[resident], weights=self.tensor_nbytes[copy_tensor[resident]], minlength=k)
         items = self.live_items
         present = np.zeros((len(items["nbytes"]), k), dtype=bool)
-        present[np.arange(len(items["nbytes"])), target_of[items["producer"]]] = True
+        present[np.arange(len(items["nbytes"])), target_of[items["producer"]]] = items["placed"]
         row_of_tensor = np.full(self.n_tensors, -1, dtype=np.int64)
         is_tensor = items["tensor"] >= 0
         row_of_tensor[items["tensor"][is_tensor]] = np.nonzero(is_tensor)[0]

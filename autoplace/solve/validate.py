@@ -34,16 +34,25 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
     """
     p = problem
     compute_us = 0.0
+    consumers: dict[int, list[int]] = {}
+    for t, c in zip(p.use_tensor.tolist(), p.use_consumer.tolist()):
+        consumers.setdefault(t, []).append(c)
+    carried: dict[int, int] = {}
+    for t in range(p.n_tensors):
+        carried[int(p.tensor_producer[t])] = carried.get(int(p.tensor_producer[t]), 0) + int(p.tensor_nbytes[t])
+    reads = {c for cons in consumers.values() for c in cons}
+    is_input = [not p.resident[i] and i not in reads for i in range(p.n_nodes)]  # the caller holds it
+
     static = {t: 0.0 for t in p.targets}
     for i, v in enumerate(p.nodes):
         t = assignment[v]
         compute_us += float(p.latency_us[i, p.targets.index(t)])
-        held = max(int(p.weight_bytes[i]), int(p.output_bytes[i])) if p.resident[i] else int(p.weight_bytes[i])
-        static[t] += held
-
-    consumers: dict[int, list[int]] = {}
-    for t, c in zip(p.use_tensor.tolist(), p.use_consumer.tolist()):
-        consumers.setdefault(t, []).append(c)
+        if p.resident[i]:
+            static[t] += max(int(p.weight_bytes[i]), int(p.output_bytes[i]))
+        elif is_input[i]:
+            static[t] += int(p.weight_bytes[i]) + max(int(p.output_bytes[i]), carried.get(i, 0))
+        else:
+            static[t] += int(p.weight_bytes[i])
     copy_us = 0.0
     # activations: (target, bytes, first position, last position)
     live = []
@@ -59,12 +68,10 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
                 copy_us += p.copy_us(p.targets.index(src), p.targets.index(dst), float(p.tensor_nbytes[t]))
         if not p.resident[i]:
             span = [int(p.position[i])] + [int(p.position[c]) for c in cons]
-            live += [(dst, int(p.tensor_nbytes[t]), min(span), max(span)) for dst in where]
-    carried: dict[int, int] = {}
-    for t in range(p.n_tensors):
-        carried[int(p.tensor_producer[t])] = carried.get(int(p.tensor_producer[t]), 0) + int(p.tensor_nbytes[t])
+            live += [(dst, int(p.tensor_nbytes[t]), min(span), max(span)) for dst in where
+                     if not (is_input[i] and dst == src)]
     for i, v in enumerate(p.nodes):
-        if not p.resident[i] and int(p.output_bytes[i]) > carried.get(i, 0):
+        if not p.resident[i] and not is_input[i] and int(p.output_bytes[i]) > carried.get(i, 0):
             live.append((assignment[v], int(p.output_bytes[i]) - carried.get(i, 0), int(p.position[i]),
                          int(p.position[i])))
     # a sweep over the program per target: +bytes where an activation starts, -bytes after its last position
