@@ -308,8 +308,8 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
         ``{target: capacity in bytes}``: the weights, inputs and outputs held there, and the activations
         live there at once (TVM's memory planner reuses a dead tensor's storage). The solver counts
         these from the program's order; the plan's build is then checked against the caps by what TVM
-        allocates for it (:meth:`autoplace.place.Placement.memory_bytes`), and solved again with the
-        cap lowered by what the build needed beyond it (:data:`MEMORY_CHECK_ROUNDS` times at most).
+        allocates for it (:meth:`autoplace.place.Placement.memory_bytes`), and solved again with every
+        cap lowered by the most the build needed beyond the count (:data:`MEMORY_CHECK_ROUNDS` times at most).
     costs : CostTable-like, optional
         Default: the profiles covering the targets' kinds plus the cost model saved beside them
         (:func:`load_costs`).
@@ -373,14 +373,18 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     placement = Placement.from_assignment(model, graph, assignment, targets)
     if problem.has_memory_caps and method in SOLVER_METHODS:
         caps = {t: float(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
-        counted = dict(caps)
+        counted, margin = dict(caps), 0.0
         for _ in range(MEMORY_CHECK_ROUNDS):
             built = placement.memory_bytes()
             over = {t: built[t] - cap for t, cap in caps.items() if built[t] > cap}
             if not over:
                 break
-            # the solver's count was short of what the build allocates: ask it for that much less
-            counted = {t: max(0.0, counted[t] - over.get(t, 0.0)) for t in counted}
+            # The solver's count was short of what the build allocates (TVM's planner leaves gaps in its pool; a
+            # copy's buffer may outlive its last use): leave the largest shortfall seen free on every capped device,
+            # since moving kernels off one device moves the shortfall with them.
+            count = problem.memory_use(problem.assignment_index(plan.assignment))
+            margin = max([margin] + [built[t] - count[problem.targets.index(t)] for t in caps])
+            counted = {t: max(0.0, cap - margin) for t, cap in caps.items()}
             problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
                                                   memory_bytes=counted, pins=unit_pins)
             try:

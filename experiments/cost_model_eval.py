@@ -110,7 +110,7 @@ def remeasure(records: pd.DataFrame, names, target: str = "llvm") -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def _md(df: pd.DataFrame) -> str:
+def markdown_table(df: pd.DataFrame) -> str:
     """A DataFrame as a Markdown table (floats to 3 decimals)."""
 
     def cell(v):
@@ -277,15 +277,15 @@ def markdown(
     lines += [
         "Pooled over all held-out kernels:",
         "",
-        _md(summary),
+        markdown_table(summary),
         "",
         "Where the error is (anchor op class; time_share = share of held-out kernel time):",
         "",
-        _md(classes),
+        markdown_table(classes),
         "",
         "What was tried (pooled metrics of each variant):",
         "",
-        _md(variants),
+        markdown_table(variants),
         "",
     ]
     if seeds is not None and not seeds.empty:
@@ -293,7 +293,7 @@ def markdown(
             ("End-to-end error (pure model) of the default model over XGBoost seeds: changing only the seed "
              "moves single models by several points, so the acceptance check also takes the worst seed:"),
             "",
-            _md(seeds),
+            markdown_table(seeds),
             "",
         ]
     if not curve.empty:
@@ -303,7 +303,7 @@ def markdown(
             .reset_index()
             .drop(columns=["repeat"])
         )
-        lines += ["Learning curve (mean over repeats):", "", _md(agg), ""]
+        lines += ["Learning curve (mean over repeats):", "", markdown_table(agg), ""]
     return "\n".join(lines)
 
 
@@ -502,15 +502,15 @@ def band_markdown(bands: dict, checks: dict, never_held_out) -> str:
         "model's distinct kernels, kernel time only, as a placement splits a model between devices; "
         "half width = (high - low) / 2 over the prediction):"),
         "",
-        _md(rules),
+        markdown_table(rules),
         "",
         "Band variants (kernel coverage pooled over held-out kernels; e2e coverage per rule):",
         "",
-        _md(bands["variants"]),
+        markdown_table(bands["variants"]),
         "",
         "Kernel coverage per anchor op class (default variant; median_lo / median_hi: the band's factors):",
         "",
-        _md(bands["classes"]),
+        markdown_table(bands["classes"]),
         "",
         ("Acceptance (pure prediction end to end within 15%, Spearman >= 0.95 per held-out model with >= 3 "
         "kernels, nominal 80% kernel band covering 70-90% of held-out kernels):"),

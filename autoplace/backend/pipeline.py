@@ -385,9 +385,11 @@ def planned_allocations(mod: tvm.IRModule, *, fuse: bool = True) -> dict:
     """Bytes of activation memory :func:`build` gives each device of an annotated module, by vdevice index.
 
     Lowered as :func:`build` lowers it, then planned by TVM's ``StaticPlanBlockMemory`` (as :func:`vm_pipeline`
-    does): every storage it allocates, each tensor it leaves to the runtime (the model's outputs), and each
-    ``to_vdevice`` copy's destination buffer (allocated when the copy runs, from the device's pool). Weights and
-    inputs are not in it. Compiles no kernel, but schedules them (seconds for a base model).
+    does): every storage it allocates, each tensor it leaves to the runtime (the model's outputs), and the buffers of
+    the ``to_vdevice`` copies, which the runtime allocates when a copy runs and returns to the device's pool after
+    its last use (``KillAfterLastUse``), where a later copy of the same size takes it again: per size, as many
+    buffers as copies of that size are live at once. Weights and inputs are not in it. Compiles no kernel, but
+    schedules them (a second for a base model).
     """
     planned = tvm.transform.Sequential(_memory_planning())(lower(mod, fuse=fuse))
     per_device: dict[int, int] = {}
@@ -399,21 +401,35 @@ def planned_allocations(mod: tvm.IRModule, *, fuse: bool = True) -> dict:
         return int(tvm.DataType(ty.dtype).bits) // 8 * int(np.prod([int(x) for x in ty.shape.values]))
 
     vdevices = list(mod.global_infos.get("vdevice", []))
-
-    def visit(expr):
-        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
-            return
-        if expr.op.same_as(_ALLOC_STORAGE):  # (size in bytes, device index, scope, dtype)
-            add(expr.args[1].value, int(expr.args[0].values[0]))
-        elif expr.op.same_as(_ALLOC_TENSOR):  # (shape, dtype, device index, scope)
-            add(expr.args[2].value, tensor_bytes(expr.ty))
-        elif expr.op.same_as(_TO_VDEVICE):
-            target = expr.attrs.dst_vdevice
+    main = planned["main"]
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    copies, last_use = {}, {}  # copy var -> (device, bytes, position); var -> last position that reads it
+    for position, binding in enumerate(bindings):
+        value = binding.value
+        for var in relax.analysis.free_vars(value):
+            last_use[var] = position
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            continue
+        if value.op.same_as(_ALLOC_STORAGE):  # (size in bytes, device index, scope, dtype)
+            add(value.args[1].value, int(value.args[0].values[0]))
+        elif value.op.same_as(_ALLOC_TENSOR):  # (shape, dtype, device index, scope)
+            add(value.args[2].value, tensor_bytes(value.ty))
+        elif value.op.same_as(_TO_VDEVICE):
+            target = value.attrs.dst_vdevice
             index = next(i for i, v in enumerate(vdevices)  # (VDevice.same_as recurses forever in TVM 0.27)
                          if int(v.vdevice_id) == int(target.vdevice_id) and v.target.kind.name == target.target.kind.name)
-            add(index, tensor_bytes(expr.ty))
-
-    relax.analysis.post_order_visit(planned["main"], visit)
+            copies[binding.var] = (index, tensor_bytes(value.ty), position)
+    for var in relax.analysis.free_vars(main.body.body):  # returned: held to the end
+        last_use[var] = len(bindings)
+    pools: dict[tuple, list] = {}  # (device, bytes) -> [(position, +1 taken / -1 returned)]
+    for var, (index, nbytes, position) in copies.items():
+        pools.setdefault((index, nbytes), []).extend([(position, 1), (last_use.get(var, position) + 1, -1)])
+    for (index, nbytes), events in pools.items():
+        held = most = 0
+        for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # a buffer returned before one is taken
+            held += change
+            most = max(most, held)
+        add(index, most * nbytes)
     return per_device
 
 
