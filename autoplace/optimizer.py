@@ -372,41 +372,16 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     assignment = units.op_assignment(plan.assignment, graph)
     placement = Placement.from_assignment(model, graph, assignment, targets)
     if problem.has_memory_caps and method in SOLVER_METHODS:
-        caps = {t: float(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
-        counted, margin = dict(caps), 0.0
-        for _ in range(MEMORY_CHECK_ROUNDS):
-            built = placement.memory_bytes()
-            over = {t: built[t] - cap for t, cap in caps.items() if built[t] > cap}
-            if not over:
-                break
-            # The solver's count was short of what the build allocates (TVM's planner leaves gaps in its pool; a
-            # copy's buffer may outlive its last use): leave the largest shortfall seen free on every capped device,
-            # since moving kernels off one device moves the shortfall with them.
-            count = problem.memory_use(problem.assignment_index(plan.assignment))
-            margin = max([margin] + [built[t] - count[problem.targets.index(t)] for t in caps])
-            counted = {t: max(0.0, cap - margin) for t, cap in caps.items()}
-            problem = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
-                                                  memory_bytes=counted, pins=unit_pins)
-            try:
-                plan = solve(problem, method=method, time_limit_s=time_limit_s)
-            except InfeasiblePlacementError as err:
-                raise InfeasiblePlacementError(
-                    f"the memory caps {_bytes_text(caps)} do not hold the build of any plan: the best plan under "
-                    f"them needs {', '.join(f'{built[t]} bytes on {t}' for t in over)} once built (TVM's memory "
-                    f"planner, copies and outputs), and with that much less ({_bytes_text(counted)}) the solver "
-                    f"finds none ({err}): raise memory_bytes for {', '.join(repr(t) for t in over)}") from None
-            timings["solve_s"] += plan.solve_time_s
-            assignment = units.op_assignment(plan.assignment, graph)
-            placement = Placement.from_assignment(model, graph, assignment, targets)
-        else:
-            built = placement.memory_bytes()
-            over = {t: built[t] for t, cap in caps.items() if built[t] > cap}
-            if over:
-                raise InfeasiblePlacementError(
-                    f"the plan's build needs {', '.join(f'{b} bytes on {t}' for t, b in over.items())}, above "
-                    f"the memory caps {_bytes_text(caps)} after {MEMORY_CHECK_ROUNDS} tries (TVM's memory planner "
-                    "leaves gaps the solver's count of live tensors does not see): raise memory_bytes for "
-                    f"{', '.join(repr(t) for t in over)}")
+        def solve_under(caps):
+            capped = PlacementProblem.from_graph(units.graph, costs.copy_costs(targets), targets=list(targets),
+                                                 memory_bytes=caps, pins=unit_pins)
+            again = solve(capped, method=method, time_limit_s=time_limit_s)
+            timings["solve_s"] += again.solve_time_s
+            placed = Placement.from_assignment(model, graph, units.op_assignment(again.assignment, graph), targets)
+            return again, placed
+
+        plan, placement = _fit_the_build(problem, plan, placement, solve_under)
+        assignment = units.op_assignment(plan.assignment, graph)
     predicted_us = float(plan.objective_us) + invoke_us(costs, targets, placement,
                                                         in_context=units.graph.graph["in_context"].get(targets.host.kind, False))
     timings["total_s"] = time.perf_counter() - started
@@ -416,6 +391,41 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
 
 def _bytes_text(caps: dict) -> str:
     return str({t: int(c) for t, c in caps.items()})
+
+
+def _fit_the_build(problem, plan, placement, solve_under):
+    """``(plan, placement)`` whose build fits the memory caps of ``problem``, solving again with
+    ``solve_under(caps)`` (which returns the two) while the build of the plan needs more than a cap somewhere.
+
+    The solver counts the tensors live at once; TVM's memory planner leaves gaps in its storage and the runtime's
+    pool keeps copies' buffers by size, so a build can need more (:meth:`autoplace.place.Placement.memory_bytes`).
+    Each try leaves the largest shortfall seen (build minus count, on any capped device) free on every capped
+    device, since moving kernels off one device moves the shortfall with them.
+    """
+    caps = {t: float(c) for t, c in zip(problem.targets, problem.memory_bytes) if math.isfinite(c)}
+    margin = 0.0
+    for tries in range(MEMORY_CHECK_ROUNDS + 1):
+        built = placement.memory_bytes()
+        over = {t: built[t] for t, cap in caps.items() if built[t] > cap}
+        if not over:
+            return plan, placement  # (it fits the lowered caps, hence the user's)
+        if tries == MEMORY_CHECK_ROUNDS:
+            break
+        count = problem.memory_use(problem.assignment_index(plan.assignment))
+        margin = max([margin] + [built[t] - count[problem.targets.index(t)] for t in caps])
+        counted = {t: max(0.0, cap - margin) for t, cap in caps.items()}
+        try:
+            plan, placement = solve_under(counted)
+        except InfeasiblePlacementError as err:
+            raise InfeasiblePlacementError(
+                f"the memory caps {_bytes_text(caps)} do not hold the build of any plan: the best plan under them "
+                f"needs {', '.join(f'{b} bytes on {t}' for t, b in over.items())} once built (TVM's memory planner, "
+                f"copies and outputs), and with that much less ({_bytes_text(counted)}) the solver finds none "
+                f"({err}): raise memory_bytes for {', '.join(repr(t) for t in over)}") from None
+    raise InfeasiblePlacementError(
+        f"the plan's build needs {', '.join(f'{b} bytes on {t}' for t, b in over.items())}, above the memory caps "
+        f"{_bytes_text(caps)} after {MEMORY_CHECK_ROUNDS} tries (TVM's memory planner leaves gaps the solver's count "
+        f"of live tensors does not see): raise memory_bytes for {', '.join(repr(t) for t in over)}")
 
 
 #: Solver methods whose plans :func:`optimize` checks against the memory caps by what their build allocates (the

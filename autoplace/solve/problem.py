@@ -132,15 +132,16 @@ class PlacementProblem:
 
     * the ``weight_bytes`` of every node placed on ``d``; a resident node's tensors (weights uploaded at
       load time) where it is placed or copied (the larger of its ``weight_bytes`` and ``output_bytes``
-      where placed, the tensor's bytes where copied);
+      where placed, the tensor's bytes where copied); an input's tensors where it is placed (a node
+      that reads nothing and is not resident, :attr:`source`: the caller holds it for the whole run);
     * at each program point (``position``: the order the nodes run in), the tensors live there, each
       from its producer's position to its last consumer's: on the producer's target, and on every
       target it is copied to; an output no edge carries (``output_bytes`` beyond its tensors), at its
       producer's position only.
 
     That is what a memory planner that reuses a dead tensor's storage needs at least (TVM's
-    ``StaticPlanBlockMemory`` does); it may need more where sizes fragment its pool
-    (:func:`autoplace.backend.pipeline.planned_memory_bytes` reads what it really allocates).
+    ``StaticPlanBlockMemory`` does); it may need more where sizes leave gaps in its storage
+    (:func:`autoplace.backend.pipeline.planned_allocations` reads what a build allocates).
 
     Parameters
     ----------
