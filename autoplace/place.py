@@ -38,6 +38,7 @@ class Placement:
     fuse: bool = True
     _runner: object = field(default=None, repr=False)
     _executable: object = field(default=None, repr=False)
+    _memory: dict = field(default=None, repr=False)
 
     @property
     def mod(self):
@@ -91,7 +92,9 @@ class Placement:
         """Bytes each target holds while this placement runs, as its build allocates them: the weights uploaded
         there, the inputs given there, and the activation memory TVM's static planner gives it (with each copy's
         destination buffer and the outputs, which the runtime allocates:
-        :func:`autoplace.backend.pipeline.planned_allocations`)."""
+        :func:`autoplace.backend.pipeline.planned_allocations`). Read once per placement (it lowers the module)."""
+        if self._memory is not None:
+            return dict(self._memory)
         from .backend.pipeline import planned_allocations
 
         names = list(self.targets)
@@ -102,7 +105,8 @@ class Placement:
             out[target] += int(value.nbytes)
         for (_, shape, dtype), target in zip(self.model.input_specs(), self.annotated.input_targets):
             out[target] += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        return out
+        self._memory = out
+        return dict(out)
 
     def ops_per_target(self) -> dict[str, int]:
         counts = {t: 0 for t in self.targets}

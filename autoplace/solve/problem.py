@@ -561,12 +561,17 @@ class PlacementProblem:
         return ~reads & ~self.resident
 
     @cached_property
+    def carried_bytes(self) -> np.ndarray:
+        """Int array (n_nodes,): bytes of the tensors each node's out-edges carry."""
+        return np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes).astype(np.int64)
+
+    @cached_property
     def static_bytes(self) -> np.ndarray:
         """Int array (n_nodes,): bytes a node holds for the whole run on the target it is placed on: its
         weights; a resident node's tensors too (the larger of its ``weight_bytes`` and ``output_bytes``), and
         an input's (:attr:`source`: its weights and the larger of its ``output_bytes`` and its tensors' bytes)."""
-        carried = np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes)
-        held = np.where(self.source, self.weight_bytes + np.maximum(self.output_bytes, carried), self.weight_bytes)
+        held = np.where(self.source, self.weight_bytes + np.maximum(self.output_bytes, self.carried_bytes),
+                        self.weight_bytes)
         return np.where(self.resident, np.maximum(self.weight_bytes, self.output_bytes), held).astype(np.int64)
 
     @cached_property
@@ -581,18 +586,20 @@ class PlacementProblem:
             producer's target: not an input's, held there for the whole run, :attr:`static_bytes`, only its
             copies). Every tensor of a non-resident node, from its producer's position to its last
             consumer's; and for a non-resident node whose ``output_bytes`` exceed its tensors' bytes, the
-            rest, at its own position.
+            rest, at its own position. And ``row_of_tensor``: each tensor's item (-1 for a resident one).
         """
         pos = self.position
         first = pos[self.tensor_producer].copy()
         last = first.copy()
         np.minimum.at(first, self.use_tensor, pos[self.use_consumer])  # an order that is not topological
         np.maximum.at(last, self.use_tensor, pos[self.use_consumer])
-        carried = np.bincount(self.tensor_producer, weights=self.tensor_nbytes, minlength=self.n_nodes)
-        extra = np.maximum(self.output_bytes - carried, 0).astype(np.int64)
+        extra = np.maximum(self.output_bytes - self.carried_bytes, 0)
         rest = np.nonzero((extra > 0) & ~self.resident & ~self.source)[0]
         keep = np.nonzero(~self.resident[self.tensor_producer])[0]
+        row_of_tensor = np.full(self.n_tensors, -1, dtype=np.int64)
+        row_of_tensor[keep] = np.arange(len(keep))
         return dict(
+            row_of_tensor=row_of_tensor,
             placed=np.concatenate([~self.source[self.tensor_producer[keep]], np.ones(len(rest), dtype=bool)]),
             producer=np.concatenate([self.tensor_producer[keep], rest]).astype(np.int64),
             tensor=np.concatenate([keep, np.full(len(rest), -1)]).astype(np.int64),
@@ -641,10 +648,7 @@ class PlacementProblem:
         items = self.live_items
         present = np.zeros((len(items["nbytes"]), k), dtype=bool)
         present[np.arange(len(items["nbytes"])), target_of[items["producer"]]] = items["placed"]
-        row_of_tensor = np.full(self.n_tensors, -1, dtype=np.int64)
-        is_tensor = items["tensor"] >= 0
-        row_of_tensor[items["tensor"][is_tensor]] = np.nonzero(is_tensor)[0]
-        rows = row_of_tensor[copy_tensor]
+        rows = items["row_of_tensor"][copy_tensor]
         present[rows[rows >= 0], copy_dst[rows >= 0]] = True
         live = self.live_matrix @ (present * items["nbytes"][:, None].astype(np.float64))
         return static + (live.max(axis=0) if live.shape[0] else 0.0)
