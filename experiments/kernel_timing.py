@@ -14,6 +14,7 @@ def build_kernels(units) -> dict:
     """``{TIR hash: (runtime module, arguments)}`` for ``(TIR hash, unit)`` pairs; a hash seen before is skipped."""
     import tvm
 
+    from autoplace.backend.strided_loads import TIR_PIPELINE
     from autoplace.profile.measure import _random_args
 
     built = {}
@@ -21,7 +22,8 @@ def build_kernels(units) -> dict:
         if tir_hash in built:
             continue
         func = unit.prim_func.with_attr("global_symbol", "main")
-        lib = tvm.tirx.build(tvm.IRModule({"main": func.without_attr("target")}), target=func.attrs["target"])
+        lib = tvm.tirx.build(tvm.IRModule({"main": func.without_attr("target")}), target=func.attrs["target"],
+                             pipeline=TIR_PIPELINE)
         built[tir_hash] = (lib, _random_args(unit.arg_shapes, unit.arg_dtypes, unit.num_outputs, tvm.cpu()))
     return built
 

@@ -17,6 +17,7 @@ from tvm import relax
 
 from autoplace.backend import cpu_schedules as cs
 from autoplace.backend.cpu_schedules import RULE_ATTR, cpu_legalize_map, cpu_target, schedule_prim_func
+from autoplace.backend.strided_loads import STRIDED_LOADS_ATTR, TIR_PIPELINE
 
 R = relax.op
 TARGET = cpu_target("llvm")
@@ -41,7 +42,7 @@ def _prim_funcs(make, shapes, dtypes=None):
 
 def _run(func, args):
     func = func.with_attr("global_symbol", "main").without_attr("target")
-    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=TARGET)
+    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=TARGET, pipeline=TIR_PIPELINE)
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(a, dev) for a in args]
     lib["main"](*tensors)
@@ -216,6 +217,93 @@ def test_pooling():
     # rows in parallel only with enough window work (PARALLEL_MIN_WORK["pool"])
     assert _parallel(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 32, 16, 16)]) == [("Pool", False)]
     assert _parallel(lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 64, 32, 32)]) == [("Pool", True)]
+
+
+# ---------------------------------------------------------------------------------------------- strided loads
+
+def _lowered_loads(func, pipeline):
+    """``[(stride, lanes)]`` of the vector loads left in ``func`` lowered by TIR ``pipeline``, and its shuffles."""
+    import tvm_ffi
+
+    mod = tvm.tirx.transform.BindTarget(tvm.target.Target(TARGET, host=TARGET))(
+        tvm.IRModule({"main": func.with_attr("global_symbol", "main").without_attr("target")}))
+    lower, _, _ = tvm.tirx.get_tir_pipeline(pipeline)
+    loads, shuffles = [], []
+
+    def load(expr):
+        if len(expr.indices) == 1 and isinstance(expr.indices[0], tvm.tirx.Ramp):
+            ramp = expr.indices[0]
+            if isinstance(ramp.stride, tvm.tirx.IntImm):
+                loads.append((int(ramp.stride.value), int(ramp.lanes)))
+
+    body = lower(mod)["main"].body
+    tvm_ffi.structural_walk(body, (tvm.ir.expr.TensorLoad, load), order="post")
+    tvm_ffi.structural_walk(body, (tvm.tirx.Shuffle, shuffles.append), order="post")
+    return loads, shuffles
+
+
+STRIDED = [  # (make, shapes, rule, strides the scheduled kernel reads its vectors at)
+    (lambda x: R.nn.max_pool2d(x, (3, 3), (2, 2), (1, 1)), [(1, 4, 32, 32)], "Pool", [2]),
+    (lambda x: R.nn.avg_pool2d(x, (2, 2), (2, 2)), [(1, 3, 64, 64)], "Pool", [2]),
+    (lambda x: R.nn.max_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 4, 32, 32)], "Pool", []),
+    (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=3), [(1, 3, 64, 64), (16, 3, 7, 7)], "Contraction", [2]),
+    (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1, groups=32), [(1, 32, 32, 32), (32, 1, 3, 3)],
+     "Contraction", [2]),
+    (lambda x, w: R.nn.conv2d(x, w, strides=4), [(1, 3, 64, 64), (16, 3, 4, 4)], "Contraction", [4]),
+    (lambda x, w: R.nn.conv2d(x, w, strides=3), [(1, 4, 51, 51), (8, 4, 3, 3)], "Contraction", [3]),
+    (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 32, 32), (16, 8, 3, 3)], "Contraction", []),
+]
+
+
+@pytest.mark.parametrize("make,shapes,rule,strides", STRIDED)
+def test_strided_vector_loads_become_contiguous_loads_and_a_shuffle(make, shapes, rule, strides):
+    """A kernel whose vectors read every 2nd-4th element is marked when scheduled; autoplace's TIR pipeline
+    leaves no such load in it (TVM's default one would lower each to a scalar load per lane), and it computes
+    what the unscheduled kernel computes. A kernel without such loads is neither marked nor changed."""
+    assert check(make, shapes, rules={rule}) == [rule]
+    ((_, func),) = _prim_funcs(make, shapes)
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    marked = list(scheduled.attrs[STRIDED_LOADS_ATTR]) if STRIDED_LOADS_ATTR in scheduled.attrs else []
+    assert marked == strides
+    before, _ = _lowered_loads(scheduled, "default")
+    # the marker reads the scheduled TIR; it names exactly the strides TVM's lowering leaves for the pass
+    assert sorted({s for s, lanes in before if 2 <= s <= 4 and lanes >= 2 * s}) == strides
+    after, shuffles = _lowered_loads(scheduled, TIR_PIPELINE)
+    assert not [(s, lanes) for s, lanes in after if 2 <= s <= 4 and lanes >= 2 * s]
+    assert bool(shuffles) == bool(strides)
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4])
+@pytest.mark.parametrize("lanes", [8, 9, 16])
+def test_a_strided_load_is_rebuilt_from_the_lanes_it_covers(stride, lanes):
+    """The shuffle picks element ``stride * j`` of the span for lane ``j``, and its contiguous loads read only
+    the span the strided load read (``0 .. stride * (lanes - 1)`` from its base): never past the buffer."""
+    from autoplace.backend.strided_loads import _shuffled
+
+    buf = tvm.tirx.decl_buffer((1024,), "float32", "buf")
+    base = tvm.tirx.Var("base", "int32")
+    load = tvm.tirx.BufferLoad(buf, [tvm.tirx.Ramp(base, tvm.tirx.const(stride, "int32"), lanes)])
+    shuffle = _shuffled(load)
+    assert isinstance(shuffle, tvm.tirx.Shuffle)
+    analyzer = tvm.sym.Analyzer()
+    offsets = []
+    for vector in shuffle.vectors:
+        ramp = vector.indices[0]
+        assert int(ramp.stride.value) == 1 and int(ramp.lanes) == lanes
+        start = int(analyzer.simplify(ramp.base - base).value)
+        offsets += [start + i for i in range(lanes)]
+    assert min(offsets) == 0 and max(offsets) == stride * (lanes - 1)
+    assert [offsets[int(i.value)] for i in shuffle.indices] == [stride * j for j in range(lanes)]
+
+
+def test_the_strided_load_marker_is_part_of_a_kernels_profile_key():
+    """A kernel lowered with shuffles is another kernel than the same TIR lowered with scalar loads: its
+    profile key differs, so records timed before the rewrite are not taken for it."""
+    from autoplace.profile.units import unit_key
+
+    ((_, func),) = _prim_funcs(*STRIDED[0][:2])
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    assert unit_key(scheduled, "llvm") != unit_key(scheduled.without_attr(STRIDED_LOADS_ATTR), "llvm")
 
 
 # ---------------------------------------------------------------------------------------------- reductions

@@ -50,6 +50,8 @@ from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target import Target
 
+from .strided_loads import mark_strided_loads
+
 #: The PrimFunc attribute that records which rule scheduled a kernel ("none": left unscheduled).
 RULE_ATTR = "autoplace.cpu_schedule"
 #: Vector registers of x86-64 by vector width (AVX-512: 32 zmm; AVX2 and SSE: 16 ymm / xmm), and how many
@@ -72,7 +74,11 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 5: convolution rows of 9-32 with no vector divisor in one odd-width vector (were a scalar predicated tail).
 #: 6: transposes read through fused reshapes tiled (attention's key transpose); an epilogue that writes past a
 #:    contraction's output (a fused padding) computed at the root (per tile it left the border unwritten).
-SCHEDULE_VERSION = 6
+#: 7: strided vector loads of convolutions and pools lowered as contiguous loads + a shuffle
+#:    (:mod:`autoplace.backend.strided_loads`; were one scalar load per lane).
+SCHEDULE_VERSION = 7
+#: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
+STRIDED_LOAD_RULES = ("Contraction", "Pool")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1090,6 +1096,8 @@ def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple
         if not lowers(out, target):
             continue
         name = type(rule).__name__
+        if name in STRIDED_LOAD_RULES:
+            out = mark_strided_loads(out)
         return out.with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, name), name
     return func.with_attr(RULE_ATTR, "none"), "none"
 

@@ -25,6 +25,7 @@ from tvm import relax
 
 from .._relax import rebuild
 from .cpu_schedules import cpu_legalize_map, cpu_target, schedule_cpu_kernels
+from .strided_loads import TIR_PIPELINE
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -445,7 +446,8 @@ def build(mod: tvm.IRModule, *, fuse: bool = True, schedule_cpu: bool = True):
     schedule_cpu : bool
         Schedule the CPU kernels (default); ``False`` builds TVM's unscheduled CPU kernels.
     """
-    return tvm.compile(lower(mod, fuse=fuse, schedule_cpu=schedule_cpu), relax_pipeline=vm_pipeline())
+    return tvm.compile(lower(mod, fuse=fuse, schedule_cpu=schedule_cpu), relax_pipeline=vm_pipeline(),
+                       tir_pipeline=TIR_PIPELINE)
 
 
 def stock_build(mod: tvm.IRModule):
@@ -503,4 +505,4 @@ def single_device_build(mod: tvm.IRModule, target="llvm", *, schedule_cpu: bool 
     if not schedule_cpu or target.kind.name != "llvm":
         return tvm.compile(mod, target=target)
     target = cpu_target(target)
-    return tvm.compile(mod, target=target, relax_pipeline=_cpu_pipeline(target))
+    return tvm.compile(mod, target=target, relax_pipeline=_cpu_pipeline(target), tir_pipeline=TIR_PIPELINE)

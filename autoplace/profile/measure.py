@@ -110,7 +110,9 @@ def compile_kernel(func_script: str, target_json: str):
         if own.kind.name == target.kind.name:
             target = own
         func = func.without_attr("target")
-    return tvm.tirx.build(tvm.IRModule({"main": func}), target=target)
+    from ..backend.strided_loads import TIR_PIPELINE
+
+    return tvm.tirx.build(tvm.IRModule({"main": func}), target=target, pipeline=TIR_PIPELINE)
 
 
 def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, min_repeat_ms,
