@@ -8,9 +8,9 @@ loads over the lanes' span and a shuffle keeping every ``s``-th element, which L
 (``vpermt2ps``). The last contiguous load ends at the last lane read, so nothing past the original span is read.
 
 Measured on the Intel Xeon f6m207 (AVX-512; ``experiments/strided_loads.py``), same kernels built both ways and
-timed interleaved: stride-2 convolutions 1.1-5.8x faster (mobilenetv2's strided depthwise convolutions 5.4-5.8x,
-resnet's and cnn's 7x7 / 3x3 stems 1.4-2.6x), convolutions of stride 4 (patch embeddings) 1.4-1.7x, a 3x3
-stride-2 max pool 3.1x; no convolution or pool slower. On layout kernels (transposes) the same rewrite was
+timed interleaved (``strided_loads_kernels.csv``): 19 convolution and pool kernels 0.98-5.4x (mobilenetv2's
+strided depthwise convolutions 5.4x, resnet's 7x7 stem 2.2x, cnn-base's stride-2 convolutions 1.9-2.5x, the
+stride-4 patch embeddings 1.4-1.6x, a 3x3 stride-2 max pool 3.1x; one 3x3 stride-2 convolution 0.98x). On layout kernels (transposes) the same rewrite was
 mixed (0.44-3x), so only kernels of the :class:`~autoplace.backend.cpu_schedules.Contraction` and
 :class:`~autoplace.backend.cpu_schedules.Pool` rules get it.
 
