@@ -526,6 +526,18 @@ def test_max_rounds_time_again_only_what_no_other_round_confirms(tmp_path):
     # a model whose two rounds agree, but more slowly than its kernels ran in context in the same runs
     model = dict(kind="model", median_us=9757.0, round_medians_us=[9726.0, 9788.0], in_context_us=[3500.0, 3520.0])
     assert not confirmed(model) and confirmed(dict(model, in_context_us=[4000.0, 4000.0]))
+    # rounds that agree, but every one read while the host-speed canary ran slow (over 1.15x its fastest)
+    slow = dict(median_us=447.0, round_medians_us=[447.0, 452.0, 419.0], round_slowdowns=[1.62, 1.64, 1.45])
+    assert not confirmed(slow)
+    assert confirmed(dict(slow, round_slowdowns=[1.62, 1.10, 1.45]))  # one of the agreeing rounds calm
+    assert confirmed(dict(slow, round_slowdowns=None))  # timed before the canary: nothing says it ran slow
+    calm_after = dict(slow, round_medians_us=[447.0, 452.0, 419.0, 282.0, 299.0],
+                      round_slowdowns=[1.62, 1.64, 1.45, 1.13, 1.08])
+    assert confirmed(calm_after)  # the calm rounds are the fastest and agree
+    assert not confirmed(dict(calm_after, round_slowdowns=[1.02, 1.0, 1.05, 1.3, 1.2]))  # ... unless they ran slow
+    # in-model rounds that began later are matched with the newest canary readings
+    assert not confirmed(dict(median_us=10.0, round_medians_us=[10.0, 10.2, 10.1], round_slowdowns=[1.0, 1.5, 1.6],
+                              in_model_median_us=20.0, round_in_model_medians_us=[20.0, 20.5]))
 
     store = ProfileStore(str(tmp_path / "p"))
     with pytest.raises(ProfilingError, match="max_rounds=2 with rounds=3"):
@@ -537,7 +549,7 @@ def test_max_rounds_time_again_only_what_no_other_round_confirms(tmp_path):
     units = sorted(tag for tag in newest if tag[0] == "unit")
     shaky = units[0]
     for tag, record in newest.items():
-        fixed = dict(record, round_medians_us=[record["median_us"]] * 2)
+        fixed = dict(record, round_medians_us=[record["median_us"]] * 2, round_slowdowns=[1.0, 1.0])
         if "in_model_median_us" in record:
             fixed["round_in_model_medians_us"] = [10.0, 20.0] if tag == shaky else [record["in_model_median_us"]] * 2
         store.append(fixed)

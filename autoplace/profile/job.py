@@ -171,6 +171,22 @@ def fastest_rounds(medians: list, within: float = FASTEST_ROUNDS_WITHIN) -> list
     return [m for m in medians if m <= fastest * (1.0 + within)]
 
 
+def _a_calm_round_among_fastest(medians: list, slowdowns) -> bool:
+    """Whether a round within 10% of the fastest (:func:`fastest_rounds`) was read while the host-speed canary
+    ran calm (``host_slowdown`` at most :data:`~autoplace.profile.host_speed.SLOW`). ``slowdowns`` holds the
+    canary's reading before each round (``round_slowdowns``, one per round of ``medians``, matched from the
+    newest round backwards where a record's in-model rounds began later); a round without one (a record timed
+    before the canary, a GPU kernel) counts as calm: nothing says it was not."""
+    from .host_speed import SLOW
+
+    if not isinstance(slowdowns, list):
+        return True
+    fastest = min(medians)
+    readings = [None] * max(0, len(medians) - len(slowdowns)) + list(slowdowns[-len(medians):])
+    return any(s is None or float(s) <= SLOW
+               for m, s in zip(medians, readings) if m <= fastest * (1.0 + FASTEST_ROUNDS_WITHIN))
+
+
 def confirmed(record: dict) -> bool:
     """Whether another round of a record agrees with its fastest one (within 10%, :func:`fastest_rounds`), for
     its warm time and, where it has one, its in-model time: its time is then not one burst of samples that a
@@ -183,14 +199,24 @@ def confirmed(record: dict) -> bool:
     both fall in one slow phase. On the Zen 3, cnn-base read 9726 and 9788 us end to end in two rounds of one job,
     its kernels 7020 us in context, the plans of it 6953 us an hour later; 2 of the 172 model records there
     were over the ceiling, none of the Zen 4's 172 or the Xeon's 23.
+
+    Nor is a record whose agreeing rounds were all read while the host-speed canary ran slow (over
+    :data:`~autoplace.profile.host_speed.SLOW`, 1.15x its fastest; :func:`_a_calm_round_among_fastest`): rounds
+    minutes apart can all fall in one slow phase and agree. On the Intel Xeon f6m207 (session 32) cnn-base's
+    3x3 convolutions read 419-579 us in 7 rounds at canary 1.44-2.4x, agreeing, and 282-299 us in the two
+    rounds at 1.07-1.13 that followed; over that profile's records, rounds at canary 1.15-1.2x read a median
+    1.10x their record's calm rounds (51% over 1.1x), at 1.5-1.7x 1.35x (87%).
     """
     from .in_context import in_context_ceiling_us
 
+    slowdowns = record.get("round_slowdowns")
     for field, single in (("round_medians_us", "median_us"), ("round_in_model_medians_us", "in_model_median_us")):
         medians = record.get(field)
         if medians is None and field != "round_medians_us" and single not in record:
             continue  # no in-model time: nothing to confirm
         if not isinstance(medians, list) or len(fastest_rounds([float(m) for m in medians])) < 2:
+            return False
+        if not _a_calm_round_among_fastest([float(m) for m in medians], slowdowns):
             return False
     if record.get("kind") == "model" and isinstance(record.get("in_context_us"), list):
         ceiling = in_context_ceiling_us(record["in_context_us"])
@@ -686,7 +712,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                                            speed, max_rounds=max_rounds)
                 if max_rounds > rounds:
                     log(f"after up to {max_rounds} rounds: {len(unconfirmed)} of the job's kernels and models still "
-                        "have a fastest round no other round confirms within 10%"
+                        "have a fastest round no other round confirms within 10%, or only rounds read while the "
+                        "host ran slow (add rounds with a higher --max-rounds at a calmer moment)"
                         + (f" (e.g. {', '.join(sorted(unconfirmed.values())[:4])})" if unconfirmed else ""))
             moved = moved_readings(before, store.newest_good()) if before else {}
             if moved:
