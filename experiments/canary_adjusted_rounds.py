@@ -14,6 +14,12 @@ of its fastest (:func:`autoplace.profile.job.fastest_rounds`). This asks, from t
     python experiments/canary_adjusted_rounds.py [--profile profiles/<id> ...]
 
 Writes ``experiments/results/canary_adjusted_rounds.csv`` (one row per profile).
+
+3. how much slower than its record's calm rounds (canary within 1.08x of its fastest) a round reads, by the canary's
+   reading before it, and how many records the rounds confirm (two rounds agreeing within 10%,
+   :func:`autoplace.profile.job.confirmed`) only with rounds read while the canary ran slow (over
+   :data:`autoplace.profile.host_speed.SLOW`): written to ``experiments/results/slow_rounds.csv`` (one row per profile
+   and canary band). Since session 32 such records count as unconfirmed, and ``--max-rounds`` times them again.
 """
 
 from __future__ import annotations
@@ -79,6 +85,41 @@ def evaluate(profile: str) -> dict:
                 spread_raw=round(spreads["raw"], 3), spread_adjusted=round(spreads["adjusted"], 3))
 
 
+#: Canary bands of :func:`slow_rounds` (``host_slowdown`` before a round).
+SLOWDOWN_BANDS = (1.0, 1.08, 1.15, 1.2, 1.3, 1.5, 1.7, np.inf)
+
+
+def slow_rounds(profile: str) -> list[dict]:
+    """Per canary band, how a round reads against its record's calm rounds (records of 5 us or more with a round at
+    canary <= 1.08), and how many confirmed records have no round at canary <= ``SLOW`` among their agreeing ones."""
+    from autoplace.profile.host_speed import SLOW
+
+    records = ProfileStore(profile).newest_good()
+    name = os.path.basename(os.path.normpath(profile))
+    ratios, slowdowns, agreeing, slow_only = [], [], 0, 0
+    for (kind, _, target), record in records.items():
+        pairs = round_pairs(record) if target == "llvm" else None
+        if pairs is None:
+            continue
+        m, s = pairs
+        if len(fastest_rounds(list(m))) >= 2:
+            agreeing += 1
+            slow_only += all(si > SLOW for mi, si in zip(m, s) if mi <= m.min() * 1.1)
+        calm = m[s <= 1.08]
+        if len(calm) and float(record["median_us"]) >= 5.0:
+            ratios.extend(m / calm.min())
+            slowdowns.extend(s)
+    ratios, slowdowns = np.asarray(ratios), np.asarray(slowdowns)
+    rows = []
+    for lo, hi in zip(SLOWDOWN_BANDS[:-1], SLOWDOWN_BANDS[1:]):
+        x = ratios[(slowdowns >= lo) & (slowdowns < hi)]
+        rows.append(dict(profile=name, canary_from=lo, canary_to=hi, rounds=len(x),
+                         median_vs_calm=round(float(np.median(x)), 3) if len(x) else None,
+                         share_over_1_1=round(float(np.mean(x > 1.1)), 3) if len(x) else None,
+                         records_with_agreeing_rounds=agreeing, of_them_all_slow=slow_only))
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -89,6 +130,9 @@ def main(argv=None):
     table = pd.DataFrame(rows)
     print(table.to_string(index=False))
     table.to_csv(os.path.join(here, "results", "canary_adjusted_rounds.csv"), index=False)
+    bands = pd.DataFrame([row for p in args.profile for row in slow_rounds(p)])
+    print(bands.to_string(index=False))
+    bands.to_csv(os.path.join(here, "results", "slow_rounds.csv"), index=False)
 
 
 if __name__ == "__main__":
