@@ -116,6 +116,9 @@ FAMILIES = {
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
     "adaptive_avg_pool2d": "pool",
+    # a CNN's global average pool before its classifier, over the last stage's map, in the two forms the
+    # PyTorch frontend emits: ``x.mean((2, 3))`` (a row reduction) and ``nn.AdaptiveAvgPool2d(1)`` (a pool)
+    "global_pool": "pool",
     # batched matmul as attention runs it
     "attn_qk": "matmul",
     "attn_av": "matmul",
@@ -642,6 +645,26 @@ def _pool(rng, family: str, n: int) -> list[Model]:
     return models
 
 
+#: ``(channels, map)`` of :data:`FAMILIES` ``global_pool``: the last feature maps of torchvision's ResNets
+#: (512 / 2048 x 7x7), MobileNetV2 (1280 x 7x7), ConvNeXt / Swin (768 x 7x7), EfficientNet-style and
+#: Inception heads (384 x 14x14, 64 x 56x56), a CIFAR net's; on the Intel Xeon f6m207 the cost model had priced
+#: inception-base's 64x56x56 mean 6.7x high, from smaller means and a scalar 1x1 adaptive pool (session 32).
+GLOBAL_POOL_HEADS = ((64, 56), (32, 112), (96, 28), (128, 28), (256, 14), (384, 14), (512, 7), (768, 7), (1280, 7),
+                     (2048, 7))
+
+
+def _global_pool() -> list[Model]:
+    from tvm import relax
+
+    models = []
+    for c, h in GLOBAL_POOL_HEADS:
+        models.append(_model(f"ops-global_pool-mean-{c}x{h}x{h}", _f32((1, c, h, h)),
+                             lambda bb, x: relax.op.mean(x, axis=[2, 3], keepdims=False)))
+        models.append(_model(f"ops-global_pool-adaptive-{c}x{h}x{h}", _f32((1, c, h, h)),
+                             lambda bb, x: relax.op.nn.adaptive_avg_pool2d(x, 1)))
+    return models
+
+
 #: ``(op, kernel, stride)`` of the CNN-stage models, in turn (1x1 stride 2: a ResNet shortcut that downsamples).
 CNN_STAGE_OPS = (("conv", 3, 1), ("conv", 1, 1), ("max_pool", 3, 1), ("conv", 3, 2), ("conv", 1, 2), ("max_pool", 3, 2))
 #: Largest multiply-add count of a CNN-stage convolution (scheduled: about 1 ms on two Zen 3 cores).
@@ -1077,6 +1100,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _conv_head(rng, count)
     if group == "conv":
         return _conv2d(rng, family, count, tiny=tiny)
+    if family == "global_pool":
+        return _global_pool()
     if group == "pool":
         return _pool(rng, family, count)
     if family == "linear":

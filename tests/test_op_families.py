@@ -156,6 +156,22 @@ def test_mixed_width_stages_and_small_map_blocks_have_the_shapes_mobile_cnns_use
     for cin, _, cout, tail in blocks:
         assert int(cout) == 6 * int(cin) if tail.startswith("-relu6") else int(cin) % 6 == 0
 
+def test_global_pools_come_in_both_forms_the_torch_frontend_emits_at_cnn_head_shapes():
+    from autoplace.op_families import GLOBAL_POOL_HEADS
+
+    heads = op_family_models(families=["global_pool"], tiny=False)
+    assert len(heads) == 2 * len(GLOBAL_POOL_HEADS)
+    anchors = {}
+    for m in heads:
+        (unit,) = extract_units(m, "llvm", graph=op_graph(m))
+        record = features_from_unit(unit, op_graph(m), model_name=m.name)
+        form, c, h = re.match(r"ops-global_pool-(mean|adaptive)-(\d+)x(\d+)x\d+$", m.name).groups()
+        assert record["anchor_input_shapes"][0] == [1, int(c), int(h), int(h)]
+        anchors[form] = anchors.get(form, set()) | {record["anchor_op"]}
+    assert anchors == {"mean": {"relax.mean"}, "adaptive": {"relax.nn.adaptive_avg_pool2d"}}
+    assert {(512, 7), (2048, 7), (1280, 7), (64, 56)} <= set(GLOBAL_POOL_HEADS)  # ResNet-18/50, MobileNetV2, ...
+
+
 def test_the_list_is_the_same_for_a_seed_and_per_family():
     a = [m.name for m in op_family_models(seed=0, families=["gelu", "conv2d_k3s2dw", "attn_qk"])]
     b = [m.name for m in op_family_models(seed=0, families=["attn_qk", "gelu", "conv2d_k3s2dw"])]
