@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import os
 
 import numpy as np
@@ -111,7 +112,7 @@ def slow_rounds(profile: str) -> list[dict]:
             slowdowns.extend(s)
     ratios, slowdowns = np.asarray(ratios), np.asarray(slowdowns)
     rows = []
-    for lo, hi in zip(SLOWDOWN_BANDS[:-1], SLOWDOWN_BANDS[1:]):
+    for lo, hi in itertools.pairwise(SLOWDOWN_BANDS):
         x = ratios[(slowdowns >= lo) & (slowdowns < hi)]
         rows.append(dict(profile=name, canary_from=lo, canary_to=hi, rounds=len(x),
                          median_vs_calm=round(float(np.median(x)), 3) if len(x) else None,
