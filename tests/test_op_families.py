@@ -187,8 +187,9 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
     # and conv2d_tfpad (197 kernels, 4 min on the Zen 4); 493 with session 24's cnn_pow2 and conv_stem (29 kernels,
     # 68 s on the Zen 3); 513 with glu and rotary (20 kernels); 627 with session 25's cnn_pow2_mixed,
     # conv_small_maps, 18 more stems and rotary_table (114 kernels); session 26: rotary_table as torch.export gives it
-    # (3 kernels a model, not 6: -30), gqa_repeat and index_tensor (+28): 625
-    assert 400 <= total <= 640, total
+    # (3 kernels a model, not 6: -30), gqa_repeat and index_tensor (+28): 625; session 32's global_pool (+20, 48 s
+    # on the Xeon f6m207): 645
+    assert 400 <= total <= 680, total
     for name, us in units.items():
         assert us, name
         for _, rec in us:
