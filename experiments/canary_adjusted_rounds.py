@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from autoplace.profile import ProfileStore
-from autoplace.profile.job import fastest_rounds
+from autoplace.profile.job import FASTEST_ROUNDS_WITHIN, fastest_rounds
 
 
 def round_pairs(record) -> tuple[np.ndarray, np.ndarray] | None:
@@ -105,7 +105,7 @@ def slow_rounds(profile: str) -> list[dict]:
         m, s = pairs
         if len(fastest_rounds(list(m))) >= 2:
             agreeing += 1
-            slow_only += all(si > SLOW for mi, si in zip(m, s) if mi <= m.min() * 1.1)
+            slow_only += all(si > SLOW for mi, si in zip(m, s) if mi <= m.min() * (1.0 + FASTEST_ROUNDS_WITHIN))
         calm = m[s <= 1.08]
         if len(calm) and float(record["median_us"]) >= 5.0:
             ratios.extend(m / calm.min())

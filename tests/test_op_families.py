@@ -156,6 +156,7 @@ def test_mixed_width_stages_and_small_map_blocks_have_the_shapes_mobile_cnns_use
     for cin, _, cout, tail in blocks:
         assert int(cout) == 6 * int(cin) if tail.startswith("-relu6") else int(cin) % 6 == 0
 
+
 def test_global_pools_come_in_both_forms_the_torch_frontend_emits_at_cnn_head_shapes():
     from autoplace.op_families import GLOBAL_POOL_HEADS
 

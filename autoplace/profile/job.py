@@ -205,7 +205,8 @@ def confirmed(record: dict) -> bool:
     minutes apart can all fall in one slow phase and agree. On the Intel Xeon f6m207 (session 32) cnn-base's
     3x3 convolutions read 419-579 us in 7 rounds at canary 1.44-2.4x, agreeing, and 282-299 us in the two
     rounds at 1.07-1.13 that followed; over that profile's records, rounds at canary 1.15-1.2x read a median
-    1.10x their record's calm rounds (51% over 1.1x), at 1.5-1.7x 1.35x (87%).
+    1.12x their record's calm rounds (56% over 1.1x), at 1.5-1.7x 1.36x (85%)
+    (``experiments/results/slow_rounds.csv``).
     """
     from .in_context import in_context_ceiling_us
 
