@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from autoplace.profile import ProfileStore
-from autoplace.profile.job import FASTEST_ROUNDS_WITHIN, fastest_rounds
+from autoplace.profile.job import _a_calm_round_among_fastest, fastest_rounds
 
 
 def round_pairs(record) -> tuple[np.ndarray, np.ndarray] | None:
@@ -93,8 +93,6 @@ SLOWDOWN_BANDS = (1.0, 1.08, 1.15, 1.2, 1.3, 1.5, 1.7, np.inf)
 def slow_rounds(profile: str) -> list[dict]:
     """Per canary band, how a round reads against its record's calm rounds (records of 5 us or more with a round at
     canary <= 1.08), and how many confirmed records have no round at canary <= ``SLOW`` among their agreeing ones."""
-    from autoplace.profile.host_speed import SLOW
-
     records = ProfileStore(profile).newest_good()
     name = os.path.basename(os.path.normpath(profile))
     ratios, slowdowns, agreeing, slow_only = [], [], 0, 0
@@ -105,7 +103,7 @@ def slow_rounds(profile: str) -> list[dict]:
         m, s = pairs
         if len(fastest_rounds(list(m))) >= 2:
             agreeing += 1
-            slow_only += all(si > SLOW for mi, si in zip(m, s) if mi <= m.min() * (1.0 + FASTEST_ROUNDS_WITHIN))
+            slow_only += not _a_calm_round_among_fastest(list(m), list(s))  # the profiler's own rule
         calm = m[s <= 1.08]
         if len(calm) and float(record["median_us"]) >= 5.0:
             ratios.extend(m / calm.min())
