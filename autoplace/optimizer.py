@@ -439,6 +439,11 @@ MEMORY_CHECK_ROUNDS = 3
 #: on two threads reads up to 2x slow while the host's neighbours hold the second vCPU, and one round lands in
 #: whatever phase the host is in (resnet-base's parallel kernels: 1.20x their re-timed median, session 10).
 MEASURE_ROUNDS = 3
+#: Rounds ``measure="auto"`` goes up to for the kernels no two rounds confirm, or whose agreeing rounds were all
+#: read while the host-speed canary ran slow (:func:`autoplace.profile.job.confirmed`): in a slow phase of the host
+#: three rounds can all read a kernel slow, and the plan then runs faster than priced (session 28 on the Intel
+#: Xeon f6m207: vit-base's, llama-base's and t5-encoder-base's plans 16-28% under their predictions).
+MEASURE_MAX_ROUNDS = 6
 
 #: What ``optimize(measure=...)`` accepts.
 MEASURE_MODES = ("auto", "never", "always")
@@ -448,7 +453,9 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
                     progress: bool = True):
     """Measure, on the targets this machine can run, the kernels ``costs`` has no measurement of (all of
     them with ``redo``; for a model larger than the L2 here, also the CPU kernels measured without an in-model
-    timing, :mod:`autoplace.profile.cache_state`), the model's kernels inside its runs where no record has them
+    timing, :mod:`autoplace.profile.cache_state`) in ``MEASURE_ROUNDS`` rounds, and in up to
+    ``MEASURE_MAX_ROUNDS`` those the rounds do not confirm (:func:`autoplace.profile.job.confirmed`), the
+    model's kernels inside its runs where no record has them
     (:mod:`autoplace.profile.in_context`: the model built on each target kind here, in ``MEASURE_ROUNDS`` rounds
     checked against its kernels' own times, :func:`autoplace.profile.job.measure_in_context`), and the copy
     costs and VM call overheads it lacks; return ``costs`` with the new records.
@@ -503,7 +510,8 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
     try:
         if missing or copies:
             measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
-                            progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS)
+                            progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS,
+                            max_rounds=MEASURE_MAX_ROUNDS)
         if context:
             measure_in_context(model, graph, context, targets, store, rounds=MEASURE_ROUNDS,
                                kernel_us=_own_kernel_us(context, own, store), progress=progress)

@@ -299,13 +299,22 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
     auto = autoplace.optimize(model, None, TWO)  # measure="auto" is the default
     after = _lines(records)
     assert after > before  # the missing kernels (and nothing already profiled) were measured here
-    # ... each in MEASURE_ROUNDS rounds, merged as the profiler merges them
-    from autoplace.optimizer import MEASURE_ROUNDS
+    # ... each in MEASURE_ROUNDS rounds, merged as the profiler merges them, and more where those did not
+    # confirm it (up to MEASURE_MAX_ROUNDS)
+    from autoplace.optimizer import MEASURE_MAX_ROUNDS, MEASURE_ROUNDS
     from autoplace.profile import ProfileStore
+    from autoplace.profile.job import confirmed
 
     mine = [r for (kind, _, _), r in ProfileStore(measured_here_dir()).newest_good().items()
             if kind == "unit" and r.get("model") == model.name]
-    assert mine and all(r["rounds"] == MEASURE_ROUNDS == len(r["round_medians_us"]) for r in mine)
+    assert mine and all(MEASURE_ROUNDS <= r["rounds"] == len(r["round_medians_us"]) <= MEASURE_MAX_ROUNDS
+                        for r in mine)
+    for r in mine:
+        first = dict(r, round_medians_us=r["round_medians_us"][:MEASURE_ROUNDS],
+                     round_slowdowns=(r.get("round_slowdowns") or [None] * MEASURE_ROUNDS)[:MEASURE_ROUNDS])
+        first.pop("round_in_model_medians_us", None)
+        first.pop("in_model_median_us", None)
+        assert r["rounds"] == MEASURE_ROUNDS or not confirmed(first)
     summary = auto.summary()
     assert summary.loc["cpu0", "measured"] == summary.loc["cpu0", "kernels"] >= 1
     assert summary.loc["cpu0", "predicted"] == 0
@@ -350,6 +359,36 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
     timed = [r for r in _records(mine) if "in_model_median_us" in r]
     assert timed and all(r["median_us"] < 1e4 for r in timed)  # timed again: the 10 ms were made up
     assert large.predicted_us < 1e3 and large.summary().loc["cpu", "measured"] >= 1
+
+
+def test_measure_auto_times_again_what_only_a_slow_host_read(tmp_path, monkeypatch):
+    """Kernels whose rounds were all read while the host-speed canary ran slow are not confirmed: ``measure="auto"``
+    times them in up to ``MEASURE_MAX_ROUNDS`` rounds, and the model in context for ``CONTEXT_PATIENCE_S`` more
+    (here the canary reads every time twice its fastest)."""
+    from autoplace.optimizer import MEASURE_MAX_ROUNDS, MEASURE_ROUNDS
+    from autoplace.profile import ProfileStore
+    from autoplace.profile.hardware import measured_by
+    from autoplace.profile.host_speed import HostSpeed
+    from autoplace.profile.job import confirmed
+
+    def slow(self):
+        self.best_us = self.best_us or 50.0
+        self.canary_us, self.current = 2.0 * self.best_us, 2.0
+        self.timed.append(2.0)
+        return 2.0
+
+    monkeypatch.setattr(HostSpeed, "slowdown", slow)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
+    model = _never_profiled_model()
+    autoplace.optimize(model, None, {"cpu": "llvm"}, progress=False)
+    store = ProfileStore(str(cache / measured_by()["hardware_id"]))
+    mine = _records(store)
+    assert mine and all(r["rounds"] == MEASURE_MAX_ROUNDS and r["round_slowdowns"] == [2.0] * MEASURE_MAX_ROUNDS
+                        and not confirmed(r) for r in mine)
+    stored = store.records(allow_foreign=True)
+    context = stored[(stored["kind"] == "context") & (stored["model"] == model.name)]
+    assert len(context) == 1 and context["in_context_rounds"].iloc[0] > MEASURE_ROUNDS
 
 
 def _records(store):

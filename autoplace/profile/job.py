@@ -511,7 +511,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
 
 def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, copies: bool = False,
                     redo: Iterable[str] = (), timer: KernelTimer | None = None, progress: bool = True,
-                    log=print, rounds: int = 1) -> dict:
+                    log=print, rounds: int = 1, max_rounds: int | None = None) -> dict:
     """Measure the given kernels of one model (already extracted) on the targets this machine can run.
 
     What :func:`autoplace.optimize` calls with ``measure="auto"`` for kernels its profiles lack: the
@@ -533,11 +533,13 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     rounds : int
         Time each kernel in this many rounds over all of them (kept builds, no recompiling), merged as
         :func:`profile_models` merges them (:func:`merge_rounds`).
+    max_rounds : int, optional
+        Then more rounds, up to this many, of the kernels not :func:`confirmed` (as :func:`profile_models`).
 
     Returns
     -------
     dict
-        ``measured``, ``failed``, ``units_unique``, ``seconds``.
+        ``measured``, ``failed``, ``units_unique``, ``seconds`` (and ``unconfirmed`` with ``max_rounds``).
 
     Raises
     ------
@@ -556,12 +558,13 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     summary = _profile_extracted([(model, graph, by_kind)], targets, kinds, runnable, store, copies=copies,
                                  end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
                                  progress=progress, log=log, lock_timeout_s=None, rounds=rounds,
-                                 report_speed=False)
+                                 report_speed=False, max_rounds=max_rounds)
     return dict(summary, seconds=time.perf_counter() - started)
 
 
 #: Seconds :func:`measure_in_context` goes on timing a model in context whose times stay above what its kernels'
-#: own times allow (:func:`~autoplace.profile.in_context.in_context_ceiling_us`), one round a second.
+#: own times allow (:func:`~autoplace.profile.in_context.in_context_ceiling_us`), or whose fastest rounds were all
+#: read while the host-speed canary ran slow, one round a second.
 CONTEXT_PATIENCE_S = 10.0
 
 
@@ -578,7 +581,9 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
     ``{kind: [us per unit]}``, launch order), rounds go on, one a second for up to ``patience_s``, while the
     merged times add up to more than those allow (:func:`~autoplace.profile.in_context.in_context_ceiling_us`:
     a slow phase of the host the canary did not see); if they still do, the kind gets no record (a warning says
-    so, its kernels are priced by their own times, and the next call times it again).
+    so, its kernels are priced by their own times, and the next call times it again). Rounds go on alike while
+    every round among the fastest was read with the canary slow (:func:`_calm_among_fastest`, the rule of
+    :func:`confirmed`); after ``patience_s`` the record keeps what the rounds read.
 
     Raises
     ------
@@ -627,19 +632,31 @@ def _above(timing: dict, ceiling: float | None) -> bool:
 def _in_context_rounds(placement, inputs, units, speed, rounds: int, ceiling: float | None,
                        patience_s: float) -> tuple[dict, int]:
     """One build timed in context in ``rounds`` rounds, then one round a second while the merged times stay above
-    ``ceiling``, for up to ``patience_s`` (:func:`measure_in_context`); the merged timing and the rounds taken."""
+    ``ceiling`` or no calm round is among the fastest, for up to ``patience_s`` (:func:`measure_in_context`); the
+    merged timing and the rounds taken."""
     deadline = time.perf_counter() + patience_s
     timing, taken = in_context_fields(placement, inputs, units, speed=speed), 1
+    slowdowns = [timing.get("in_context_host_slowdown")]
     while "in_context_us" in timing and (
-            taken < rounds or (_above(timing, ceiling) and time.perf_counter() < deadline)):
+            taken < rounds or ((_above(timing, ceiling) or not _calm_among_fastest(timing, slowdowns))
+                               and time.perf_counter() < deadline)):
         if taken >= rounds:
             time.sleep(1.0)  # waiting out a slow phase
         more = in_context_fields(placement, inputs, units, speed=speed)
         if "in_context_us" not in more:
             break
         timing = {**more, **merge_in_context_rounds(timing, more)}
+        slowdowns.append(more.get("in_context_host_slowdown"))
         taken += 1
     return timing, taken
+
+
+def _calm_among_fastest(timing: dict, slowdowns: list) -> bool:
+    """Whether a round of in-context timing whose sum is among the fastest (within 10%) was read while the host
+    ran calm (``slowdowns``: each round's ``in_context_host_slowdown``, None without the canary), as
+    :func:`confirmed` asks of a kernel's rounds: the merged times are then not those of a slow phase only."""
+    rounds = timing.get("round_in_context_us") or [timing["in_context_us"]]
+    return _a_calm_round_among_fastest([float(sum(r)) for r in rounds], list(slowdowns))
 
 
 def extract_models(models: Iterable, targets, kinds: dict) -> list:
