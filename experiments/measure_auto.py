@@ -12,7 +12,9 @@ rounds within 10% of the fastest round, as the profiler merges a kernel's rounds
 (:mod:`autoplace.profile.host_speed`, against the fastest canary of this machine's committed profile) and
 only the samples timed while the host ran calm count (waiting up to 3 s for 5 calm ones). Reported: the
 predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
-priced by measurement, how long measuring and planning took.
+priced by measurement, how long measuring and planning took, how many kernels took more rounds than
+``optimizer.MEASURE_ROUNDS`` (their rounds read only in a slow phase of the host, or disagreeing) and how many
+rounds the model took in context.
 Goal (issue 11): predicted within 5% of measured.
 
 The zoo models are in the committed profile, so under ``"auto"`` their kernels are priced by measurements
@@ -57,6 +59,7 @@ def plan(spec: str, measure: str = "auto") -> tuple[dict, object, list]:
         row.update(kernels=int(summary.loc["cpu", "kernels"]), measured_kernels=int(summary.loc["cpu", "measured"]),
                    predicted_kernels=int(summary.loc["cpu", "predicted"]), predicted_us=float(result.predicted_us),
                    cache=str(summary.loc["cpu", "cache"]))
+        row.update(_rounds_taken(model.name))
         placement = result.placement
         inputs = model.random_inputs(seed=0)
         placement.run(*inputs)  # built now, and it runs
@@ -64,6 +67,25 @@ def plan(spec: str, measure: str = "auto") -> tuple[dict, object, list]:
     never = autoplace.optimize(model, targets=TARGETS, measure="never", progress=False)
     row["never_predicted_us"] = float(never.predicted_us)
     return row, placement, inputs
+
+
+def _rounds_taken(model_name: str) -> dict:
+    """How many rounds ``measure="auto"`` took (in the measurement folder ``$AUTOPLACE_CACHE`` points to now):
+    the kernels timed in more than ``MEASURE_ROUNDS`` rounds because those did not confirm them (a slow phase of
+    the host, rounds that disagree), the most rounds a kernel took, the rounds of the model in context, and the
+    canary's median reading over the kernels' rounds."""
+    from autoplace.optimizer import MEASURE_ROUNDS
+    from autoplace.profile import ProfileStore, measured_here_dir
+
+    store = ProfileStore(measured_here_dir())
+    units = [r for (kind, _, _), r in store.newest_good().items() if kind == "unit" and r.get("model") == model_name]
+    records = store.records(allow_foreign=True)
+    context = records[(records["kind"] == "context") & (records["model"] == model_name)] if not records.empty else []
+    slowdowns = [float(s) for r in units for s in (r.get("round_slowdowns") or []) if s is not None]
+    return dict(kernels_more_rounds=sum(int(r.get("rounds", 1)) > MEASURE_ROUNDS for r in units),
+                kernel_rounds_max=max((int(r.get("rounds", 1)) for r in units), default=0),
+                context_rounds=int(context["in_context_rounds"].iloc[-1]) if len(context) else 0,
+                kernel_canary_median=float(np.median(slowdowns)) if slowdowns else float("nan"))
 
 
 def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0) -> dict:
@@ -106,7 +128,9 @@ def main(argv=None):
         rows.append(row)
         built[spec] = (placement, inputs)
         print(f"{spec}: predicted {row['predicted_us']:.1f} us ({row['measured_kernels']} of {row['kernels']} "
-              f"kernels measured, {row['measure_and_plan_s']:.0f} s)", flush=True)
+              f"kernels measured, {row['kernels_more_rounds']} in more rounds than the first (up to "
+              f"{row['kernel_rounds_max']}), canary median {row['kernel_canary_median']:.2f}, in context in "
+              f"{row['context_rounds']} rounds; {row['measure_and_plan_s']:.0f} s)", flush=True)
     from autoplace.profile import ProfileStore
     from autoplace.profile.host_speed import HostSpeed, best_canary_us
     from autoplace.profile.job import fastest_rounds
