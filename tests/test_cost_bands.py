@@ -327,6 +327,11 @@ def test_coverage_on_synthetic_data_with_known_noise_is_near_nominal():
 def test_family_residuals_and_nested_band_evaluation(records):
     res = family_residuals(records, "roofline", hardware_id=HW, tvm_version=TVM)
     assert set(res["family"]) == {"alpha", "beta", "gamma"} and res["residual"].notna().all()
+    # the families' fits run in threads: the same residuals, in the same order, as one after the other
+    one = family_residuals(records, "xgb", hardware_id=HW, tvm_version=TVM, n_jobs=1, **FAST)
+    three = family_residuals(records, "xgb", hardware_id=HW, tvm_version=TVM, n_jobs=3, **FAST)
+    assert len(one) > 3 and list(one["family"].unique()) == sorted(set(one["family"]))
+    pd.testing.assert_frame_equal(one, three)
     out = leave_one_family_out(records, "xgb", bands=True, **FAST)
     models, units = out["models"], out["units"]
     assert {"band_kernels", "band_coverage", f"e2e_in_band_{BAND_COMBINE}"} <= set(models.columns)

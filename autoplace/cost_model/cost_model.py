@@ -179,6 +179,7 @@ class CostModel:
         conformal: bool = True,
         size_scale: bool = True,
         quiet: bool = True,
+        n_jobs: int | None = None,
     ):
         """Learn the error band of this (fitted) model from leave-one-family-out residuals.
 
@@ -204,6 +205,8 @@ class CostModel:
             Let the band's width follow the kernel's size (see :func:`band_table`); False: one band per class.
         quiet : bool
             Silence the foreign-profile warnings of the calibration fits.
+        n_jobs : int, optional
+            Families fitted at once, in threads (default: this machine's CPUs).
 
         Returns
         -------
@@ -223,6 +226,7 @@ class CostModel:
             lambda: type(self)(**params),
             never_held_out=never_held_out,
             quiet=quiet,
+            n_jobs=n_jobs,
             hardware_id=self.hardware_id_,
             tvm_version=self.tvm_version_,
         )
