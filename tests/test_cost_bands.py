@@ -332,7 +332,10 @@ def test_family_residuals_and_nested_band_evaluation(records):
     three = family_residuals(records, "xgb", hardware_id=HW, tvm_version=TVM, n_jobs=3, **FAST)
     assert len(one) > 3 and list(one["family"].unique()) == sorted(set(one["family"]))
     pd.testing.assert_frame_equal(one, three)
-    out = leave_one_family_out(records, "xgb", bands=True, **FAST)
+    out = leave_one_family_out(records, "xgb", bands=True, n_jobs=3, **FAST)
+    serial = leave_one_family_out(records, "xgb", bands=True, n_jobs=1, **FAST)  # folds in threads: same rows
+    pd.testing.assert_frame_equal(out["models"], serial["models"])
+    pd.testing.assert_frame_equal(out["units"], serial["units"])
     models, units = out["models"], out["units"]
     assert {"band_kernels", "band_coverage", f"e2e_in_band_{BAND_COMBINE}"} <= set(models.columns)
     assert {"pure_lo_us", "pure_hi_us", "in_band", "residual", "band_class"} <= set(units.columns)

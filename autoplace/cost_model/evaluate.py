@@ -230,6 +230,7 @@ def leave_one_family_out(
     never_held_out=NEVER_HELD_OUT,
     bands: bool = False,
     band_options: dict | None = None,
+    n_jobs: int | None = None,
     **params,
 ) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
@@ -257,6 +258,9 @@ def leave_one_family_out(
         and check the error bands on the held-out kernels and end to end (see the module notes).
     band_options : dict, optional
         Keyword arguments of :meth:`CostModel.calibrate` (``conformal``, ``min_residuals``, ...).
+    n_jobs : int, optional
+        Folds run at once, in threads (default: this machine's CPUs); the rows come out as one after the other
+        gives them (each fold's fits are seeded).
 
     Returns
     -------
@@ -280,7 +284,15 @@ def leave_one_family_out(
         runs = model_runs(records, kind)
         label = f"{kind}:0"
         families = sorted({family(m) for m in keys_of} - set(never_held_out))
-        for fold, fam in enumerate(families):
+        workers = max(1, min(len(families), n_jobs or os.cpu_count() or 1))
+        # folds in threads: each fold's calibration fits its families one after the other
+        calibration = dict(band_options or {}, **({"n_jobs": 1} if workers > 1 else {}))
+
+        def one_fold(fold: int, fam: str, kind=kind, units=units, measured=measured,
+                     measured_in_model=measured_in_model, keys_of=keys_of, runs=runs, label=label,
+                     calibration=calibration) -> tuple:
+            """The held-out family ``fam``'s model and kernel rows."""
+            model_rows, unit_rows = [], []
             held = [m for m in keys_of if family(m) == fam]
             fam_keys = {k for m in held for k in keys_of[m]}
             other_keys = {k for m, ks in keys_of.items() if family(m) != fam for k in ks}
@@ -290,22 +302,19 @@ def leave_one_family_out(
                 pure_train = train_filter(pure_train, fold)
                 look_train = train_filter(look_train, fold)
             if pure_train.empty:
-                continue
-            with warnings.catch_warnings():
-                if quiet:
-                    warnings.simplefilter("ignore")
-                pure = make().fit(pure_train)
-                if bands:  # nested: the band is learnt from the fold's training families alone
-                    runs_left = records[(records["kind"] == "model") & (records["target"] == kind)]
-                    runs_left = runs_left[runs_left["key"].map(family) != fam]
-                    pure.calibrate(pd.concat([pure_train, runs_left], ignore_index=True),
-                                   never_held_out=never_held_out, **(band_options or {}))
-                look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
-                side = _side_records(records)
-                # The VM overheads are refitted to the training families' end-to-end records only.
-                runs_other = records[(records["kind"] == "model") & (records["target"] == kind)]
-                runs_other = runs_other[runs_other["key"].map(family) != fam]
-                table = CostTable(pd.concat([look_train, side, runs_other], ignore_index=True), model=look)
+                return [], []
+            pure = make().fit(pure_train)
+            if bands:  # nested: the band is learnt from the fold's training families alone
+                runs_left = records[(records["kind"] == "model") & (records["target"] == kind)]
+                runs_left = runs_left[runs_left["key"].map(family) != fam]
+                pure.calibrate(pd.concat([pure_train, runs_left], ignore_index=True),
+                               never_held_out=never_held_out, **calibration)
+            look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
+            side = _side_records(records)
+            # The VM overheads are refitted to the training families' end-to-end records only.
+            runs_other = records[(records["kind"] == "model") & (records["target"] == kind)]
+            runs_other = runs_other[runs_other["key"].map(family) != fam]
+            table = CostTable(pd.concat([look_train, side, runs_other], ignore_index=True), model=look)
             in_model_fits: dict = {}  # the fold's models of in-model times, fitted when a held model needs one
             for name in sorted(held):
                 keys = [k for k in keys_of[name] if k in measured]
@@ -321,7 +330,7 @@ def leave_one_family_out(
                 if in_model and not in_model_fits:
                     in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
                                                           calibrate_with=runs_left if bands else None,
-                                                          never_held_out=never_held_out, **(band_options or {}))
+                                                          never_held_out=never_held_out, **calibration)
                     in_model_fits["look"] = (_fit_in_model(make, look_train, quiet=quiet, runs=runs_other)
                                              if len(look_train) != len(pure_train) else in_model_fits["pure"])
                 pure_in = in_model_fits.get("pure") if in_model else None
@@ -447,7 +456,25 @@ def leave_one_family_out(
                             in_band=bool(band_lo[k] <= measured[k] <= band_hi[k])
                             if np.isfinite(band_lo[k]) else math.nan,
                         )
+            return model_rows, unit_rows
+
+        with warnings.catch_warnings():  # (the filter is the process's: the threads see it too)
+            if quiet:
+                warnings.simplefilter("ignore")
+            folds = _each_fold(one_fold, families, workers)
+        for fold_models, fold_units in folds:
+            model_rows += fold_models
+            unit_rows += fold_units
     return {"models": pd.DataFrame(model_rows), "units": pd.DataFrame(unit_rows)}
+
+
+def _each_fold(one_fold, families: list, workers: int) -> list:
+    """``[one_fold(fold, family)]`` over the families in order; in ``workers`` threads when more than one (each
+    fold fits its own models: XGBoost trains outside Python's lock)."""
+    if workers == 1:
+        return [one_fold(fold, fam) for fold, fam in enumerate(families)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one_fold, range(len(families)), families))
 
 
 def summarize(result: dict) -> pd.DataFrame:
