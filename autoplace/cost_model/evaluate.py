@@ -188,15 +188,10 @@ def family_residuals(
                                  unseen=bool(ops), train_records=len(train)))
         return rows
 
-    workers = max(1, min(len(families), n_jobs or os.cpu_count() or 1))
     with warnings.catch_warnings():  # (the filter is the process's: the threads see it too)
         if quiet:
             warnings.simplefilter("ignore")
-        if workers == 1:
-            parts = [held_out(fam) for fam in families]
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                parts = list(pool.map(held_out, families))
+        parts = _in_threads(held_out, families, _workers(n_jobs, len(families)))
     return pd.DataFrame([row for part in parts for row in part], columns=columns)
 
 
@@ -284,7 +279,7 @@ def leave_one_family_out(
         runs = model_runs(records, kind)
         label = f"{kind}:0"
         families = sorted({family(m) for m in keys_of} - set(never_held_out))
-        workers = max(1, min(len(families), n_jobs or os.cpu_count() or 1))
+        workers = _workers(n_jobs, len(families))
         # folds in threads: each fold's calibration fits its families one after the other
         calibration = dict(band_options or {}, **({"n_jobs": 1} if workers > 1 else {}))
 
@@ -461,20 +456,26 @@ def leave_one_family_out(
         with warnings.catch_warnings():  # (the filter is the process's: the threads see it too)
             if quiet:
                 warnings.simplefilter("ignore")
-            folds = _each_fold(one_fold, families, workers)
+            folds = _in_threads(one_fold, list(enumerate(families)), workers, star=True)
         for fold_models, fold_units in folds:
             model_rows += fold_models
             unit_rows += fold_units
     return {"models": pd.DataFrame(model_rows), "units": pd.DataFrame(unit_rows)}
 
 
-def _each_fold(one_fold, families: list, workers: int) -> list:
-    """``[one_fold(fold, family)]`` over the families in order; in ``workers`` threads when more than one (each
-    fold fits its own models: XGBoost trains outside Python's lock)."""
+def _workers(n_jobs: int | None, tasks: int) -> int:
+    """Threads for ``tasks`` independent fits: ``n_jobs``, by default this machine's CPUs, at most one a task."""
+    return max(1, min(tasks, n_jobs or os.cpu_count() or 1))
+
+
+def _in_threads(fn, items: list, workers: int, *, star: bool = False) -> list:
+    """``[fn(item)]`` (``fn(*item)`` with ``star``) in order; in ``workers`` threads when more than one (each call
+    fits its own models: XGBoost trains outside Python's lock)."""
+    call = (lambda item: fn(*item)) if star else fn
     if workers == 1:
-        return [one_fold(fold, fam) for fold, fam in enumerate(families)]
+        return [call(item) for item in items]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one_fold, range(len(families)), families))
+        return list(pool.map(call, items))
 
 
 def summarize(result: dict) -> pd.DataFrame:
