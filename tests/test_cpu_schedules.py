@@ -193,6 +193,8 @@ def _conv_ref(x, w, stride, pad, groups):
     (1, 16, 56, 8, 3, 1, 1, 1),   # rows of 56: a vector narrower than a register
     (1, 8, 17, 12, 3, 1, 1, 1),   # rows of 17 (no vector divides them): one 17-lane vector
     (1, 4, 26, 8, 3, 1, 1, 4),    # rows of 26, depthwise
+    (1, 32, 17, 24, 1, 1, 0, 1),  # 1x1 on rows of 17: a matmul over the flattened 289 (padded to 296)
+    (2, 16, 19, 8, 1, 1, 0, 1),   # the same, batch 2, rows of 19
 ])
 def test_conv2d(n, c, h, o, k, stride, pad, groups):
     check(lambda x, w: R.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups),
@@ -204,6 +206,73 @@ def test_conv2d_bias_relu():
     used = check(lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w, padding=1), b)),
                  [(1, 4, 10, 10), (8, 4, 3, 3), (1, 8, 1, 1)])
     assert used == ["Contraction"]
+
+
+def _legalized_blocks(make, shapes) -> set:
+    """Names of the blocks ``make``'s kernels legalize to."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    names = set()
+    for _, func in _prim_funcs(make, shapes):
+        tvm_ffi.structural_walk(func.body, (s_tir.SBlock, lambda b: names.add(str(b.name_hint))), order="post")
+    return names
+
+
+def _vector_loops_of(func, block: str) -> set:
+    """Lanes of the vectorised loops around the block named ``block``."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    lanes = set()
+
+    def visit(loop):
+        if loop.kind == tvm.tirx.ForKind.VECTORIZED:
+            names = []
+            tvm_ffi.structural_walk(loop.body, (s_tir.SBlock, lambda b: names.append(str(b.name_hint))), order="post")
+            if block in names:
+                lanes.add(int(loop.extent.value))
+
+    tvm_ffi.structural_walk(func.body, (tvm.tirx.For, visit), order="post")
+    return lanes
+
+
+def test_1x1_convolutions_on_rows_no_vector_divides_run_as_a_matmul_over_the_flattened_map(monkeypatch):
+    # rows of 17: no vector of 4 to 16 lanes tiles them; the flattened 17x17 = 289 is padded like matmul columns
+    conv = (lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w), b)))
+    shapes = [(1, 64, 17, 17), (48, 64, 1, 1), (1, 48, 1, 1)]
+    check(conv, shapes, rules={"Contraction"})
+    (_, func), = _prim_funcs(conv, shapes)
+    assert "conv2d_flat" in _legalized_blocks(conv, shapes)
+    lanes = cs.vector_bits(TARGET) // 32
+    # the multiply-adds in whole vectors (289 padded to whole vectors); the cropped epilogue in rows of 17
+    assert _vector_loops_of(schedule_prim_func(func, TARGET)[0], "conv2d_flat_update") == {lanes}
+    monkeypatch.setattr(cs, "FLATTEN_ODD_1X1_CONV", False)  # as before: one 17-wide odd vector per row
+    (_, before), = _prim_funcs(conv, shapes)
+    assert _vector_loops_of(schedule_prim_func(before, TARGET)[0], "conv2d_nchw_update") == {17}
+    monkeypatch.undo()
+    # only 1x1, stride 1, unpadded, one group, odd rows, enough input channels: the rest legalize as before
+    keep = [(lambda x, w: R.nn.conv2d(x, w), [(1, 64, 16, 16), (48, 64, 1, 1)]),           # rows a vector tiles
+            (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 35, 35), (48, 64, 1, 1)]),  # strided
+            (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 17, 17), (48, 64, 3, 3)]),  # 3x3
+            (lambda x, w: R.nn.conv2d(x, w, groups=64), [(1, 64, 17, 17), (64, 1, 1, 1)]),   # depthwise
+            (lambda x, w: R.nn.conv2d(x, w), [(1, 3, 17, 17), (48, 3, 1, 1)])]               # 3 channels
+    for make, shp in keep:
+        assert "conv2d_flat" not in _legalized_blocks(make, shp), shp
+    assert not cs.odd_conv_row(16) and not cs.odd_conv_row(13) and not cs.odd_conv_row(56)
+    assert cs.odd_conv_row(17) and cs.odd_conv_row(38) and cs.odd_conv_row(149)
+
+
+def test_adaptive_average_pool_to_one_is_a_mean_in_vector_lanes():
+    # nn.AdaptiveAvgPool2d(1): TVM's adaptive pool is a scalar loop on one thread; as a mean, a row reduction
+    x = np.random.default_rng(0).standard_normal((1, 8, 13, 13)).astype("float32")
+    assert _vectorized(lambda x: R.nn.adaptive_avg_pool2d(x, 1), [(1, 8, 56, 56)]) == [("RowReduction", True)]
+    check(lambda x: R.nn.adaptive_avg_pool2d(x, (1, 1)), [(1, 8, 13, 13)],
+          reference=lambda a: a.mean(axis=(2, 3), keepdims=True))
+    assert check(lambda x: R.nn.adaptive_avg_pool2d(x, 1), [x.shape],
+                 reference=lambda a: a.mean(axis=(2, 3), keepdims=True))
+    # another output size is TVM's adaptive pool, as before
+    assert "adaptive_pool_sum" in _legalized_blocks(lambda x: R.nn.adaptive_avg_pool2d(x, 2), [(1, 8, 12, 12)])
 
 
 def test_pooling():

@@ -76,7 +76,10 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    contraction's output (a fused padding) computed at the root (per tile it left the border unwritten).
 #: 7: strided vector loads of convolutions and pools lowered as contiguous loads + a shuffle
 #:    (:mod:`autoplace.backend.strided_loads`; were one scalar load per lane).
-SCHEDULE_VERSION = 7
+#: 8: 1x1 convolutions on rows no vector divides as a matmul over ``H*W`` (:data:`FLATTEN_ODD_1X1_CONV`; were one
+#:    odd-width vector, 7-25x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar loop, 1.4-7x
+#:    slower): both legalized differently, so those kernels have new keys and are timed as new.
+SCHEDULE_VERSION = 8
 #: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
 STRIDED_LOAD_RULES = ("Contraction", "Pool")
 
@@ -251,6 +254,76 @@ def _te_softmax(x, axis):
     return te.compute(shape, lambda *i: exp[i] / expsum[rest(i)], name="T_softmax_norm", attrs={"axis": axis})
 
 
+#: Legalize a 1x1 stride-1 unpadded convolution whose output rows no vector divides (17, 19, 38...) as a
+#: matmul over the flattened ``H*W`` axis (schedule version 8); False: TVM's ``conv2d_nchw``, as before
+#: (``experiments/conv1x1_rows.py`` compares the two).
+FLATTEN_ODD_1X1_CONV = True
+#: The reduction block of a flattened 1x1 convolution (:class:`Contraction` pads its columns to whole vectors).
+FLAT_CONV_BLOCK = "conv2d_flat"
+#: Input channels below which the flattened form does not pay (3 -> 64 on 17x17: 8.7 us against 5.5, the padded
+#: copy of the input costing more than the few multiply-adds it saves).
+FLATTEN_MIN_CHANNELS = 16
+
+
+def odd_conv_row(width: int) -> bool:
+    """Whether a convolution's output row of ``width`` has no divisor from 4 to 16 and is longer than 16: no
+    vector of 4 to 16 lanes tiles it, so :class:`Contraction` runs it as one odd-width vector or a scalar tail
+    (a 1x1 192->192 convolution on 17x17 at 3 GMAC/s, 20x slower than on the flattened axis)."""
+    return width > 16 and not any(width % d == 0 for d in range(4, 17))
+
+
+def _flattenable_1x1_conv(call) -> bool:
+    """A float32 NCHW / OIHW conv2d with a 1x1 kernel, stride 1, no padding, dilation 1, one group, static
+    shapes, and output rows :func:`odd_conv_row` says no vector tiles."""
+    attrs = call.attrs
+    data, kernel = call.args
+    try:
+        x_shape = [int(v) for v in data.ty.shape]
+        w_shape = [int(v) for v in kernel.ty.shape]
+    except (TypeError, AttributeError):  # symbolic or unknown shapes
+        return False
+    return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
+            and str(attrs.out_layout) == "NCHW" and int(attrs.groups) == 1
+            and [int(v) for v in attrs.strides] == [1, 1] and [int(v) for v in attrs.dilation] == [1, 1]
+            and all(int(v) == 0 for v in attrs.padding) and len(x_shape) == 4 and w_shape[2:] == [1, 1]
+            and str(data.ty.dtype) == str(kernel.ty.dtype) == "float32"
+            and str(attrs.out_dtype) in ("", "None", "void", "float32") and odd_conv_row(x_shape[3])
+            and x_shape[1] >= FLATTEN_MIN_CHANNELS)
+
+
+def _te_conv2d_1x1_flat(data, kernel):
+    """A 1x1 convolution as ``(O, I) @ (I, H*W)`` per image: :class:`Contraction` vectorises (and pads) the
+    flattened axis as it does a matmul's columns; the reshapes in and out are index arithmetic it inlines."""
+    n, c_in, h, w = (int(v) for v in data.shape)
+    c_out = int(kernel.shape[0])
+    flat = te.compute((n, c_in, h * w), lambda b, c, f: data[b, c, f // w, f % w], name="T_reshape")
+    rc = te.reduce_axis((0, c_in), name="rc")
+    out = te.compute((n, c_out, h * w), lambda b, o, f: te.sum(flat[b, rc, f] * kernel[o, rc, 0, 0], axis=rc),
+                     name=FLAT_CONV_BLOCK)
+    return te.compute((n, c_out, h, w), lambda b, o, y, x: out[b, o, y * w + x], name="conv2d_nchw")
+
+
+def _global_avg_pool(call) -> bool:
+    """``adaptive_avg_pool2d`` to one output per channel (``nn.AdaptiveAvgPool2d(1)``), float32, NCHW, static."""
+    attrs = call.attrs
+    size = attrs.output_size
+    try:
+        shape = [int(v) for v in call.args[0].ty.shape]
+    except (TypeError, AttributeError):
+        return False
+    return (size is not None and [int(v) for v in size] in ([1], [1, 1]) and str(attrs.layout) == "NCHW"
+            and str(attrs.out_layout) == "NCHW" and len(shape) == 4
+            and str(call.args[0].ty.dtype) == "float32")
+
+
+def _te_global_avg_pool(x):
+    """The mean over each channel's map, as ``x.mean((2, 3), keepdim=True)`` computes it (a row reduction
+    :class:`RowReduction` vectorises; TVM's adaptive pool is a scalar loop on one thread, 1.3-8x slower)."""
+    h, w = int(x.shape[2]), int(x.shape[3])
+    total = topi.sum(x, axis=[2, 3], keepdims=True)
+    return topi.divide(total, tirx.const(float(h * w), "float32"))
+
+
 def _call_kind(call) -> str | None:
     ty = call.ty
     vdevice = getattr(ty, "vdevice", None)
@@ -260,8 +333,10 @@ def _call_kind(call) -> str | None:
 
 
 def cpu_legalize_map(default_kind: str | None = None) -> dict:
-    """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math, and
-    ``power`` with a constant exponent of 1 to 4 (GPT-2's ``x ** 3``, RMS norm's ``x ** 2``) as multiplications.
+    """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math,
+    ``power`` with a constant exponent of 1 to 4 (GPT-2's ``x ** 3``, RMS norm's ``x ** 2``) as multiplications,
+    a 1x1 convolution on rows no vector divides as a matmul over ``H*W`` (:func:`_flattenable_1x1_conv`), and
+    an adaptive average pool to 1x1 as a mean (:func:`_global_avg_pool`).
 
     A call is legalized this way when its device is an llvm one (or it has none and ``default_kind``
     is ``"llvm"``, a single-device CPU build) and it computes float32; otherwise TVM's own
@@ -290,7 +365,27 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
             return default_power(bb, call)
         return bb.call_te(lambda x: _te_integer_power(x, exponent), call.args[0], primfunc_name_hint="power")
 
+    def special_case(op_name, applies, make, hint):
+        """Legalize a call ``applies(call)`` accepts as ``make(*args)`` on llvm devices; TVM's otherwise."""
+        default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+        def legalize(bb, call):
+            kind = _call_kind(call) or default_kind
+            if kind != "llvm" or not applies(call):
+                return default(bb, call)
+            return bb.call_te(make, *call.args, primfunc_name_hint=hint)
+
+        return legalize
+
+    shaped = {
+        "relax.nn.adaptive_avg_pool2d": special_case("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
+                                                     _te_global_avg_pool, "adaptive_pool_avg"),
+    }
+    if FLATTEN_ODD_1X1_CONV:
+        shaped["relax.nn.conv2d"] = special_case("relax.nn.conv2d", _flattenable_1x1_conv, _te_conv2d_1x1_flat,
+                                                 "conv2d")
     return {
+        **shaped,
         "relax.power": legalize_power,
         "relax.exp": override("relax.exp", lambda call: _te_exp, "exp"),
         "relax.sigmoid": override("relax.sigmoid", lambda call: _te_sigmoid, "sigmoid"),
@@ -699,6 +794,9 @@ class Contraction(CPUScheduleRule):
         max_lanes = max(bits // dtype_bits, 1)
         e_v = extent[v_var]
         e_u = extent[u_var] if u_var is not None else 1
+        # A 1x1 convolution over its flattened map (:func:`_te_conv2d_1x1_flat`): its columns are padded to whole
+        # vectors (289 -> 304 with 16 lanes ran 1.7-2x faster than -> 296 in 8-lane vectors); matmuls' to ROW_PAD.
+        flat = str(stmt.name_hint) == FLAT_CONV_BLOCK or str(stmt.name_hint).startswith(FLAT_CONV_BLOCK + "_")
         pad_rows = not padded and self.pads_rows(e_u)
         plan = self.tile_plan(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16))
         pad_columns = not padded and plan["tail"]
@@ -711,7 +809,8 @@ class Contraction(CPUScheduleRule):
             # read at y + ry): then only its rows are.
             tries = [(pad_rows, pad_columns)] + ([(pad_rows, False)] if pad_rows and pad_columns else [])
             for rows, columns in tries:
-                padding = [self.ROW_PAD if (rows and iv.var.same_as(u_var)) or (columns and iv.var.same_as(v_var))
+                padding = [self.ROW_PAD if rows and iv.var.same_as(u_var)
+                           else (max_lanes if flat else self.ROW_PAD) if columns and iv.var.same_as(v_var)
                            else 1 for iv in iters]
                 trial = s_tir.Schedule(func)
                 if _attempt(trial.pad_einsum, trial.get_child_blocks(_root(trial))[r], padding):
@@ -735,6 +834,8 @@ class Contraction(CPUScheduleRule):
         others = [loop_of[v] for v in spatial
                   if not v.same_as(v_var) and (u_var is None or not v.same_as(u_var))]
         pack = self._pack_buffer(stmt, v_var, u_var, spatial, extent, ut) if u_var is not None else None
+        if flat and pack not in {rd.source.name for rd in sch.get(block).reads}:
+            pack = None  # the flattened 1x1 convolution's reshape, inlined: the input is read directly
         serial = []
         if u_var is not None and pack is not None:
             # Parallel over panels of v; the rows of one panel run in turn and share its packed copy.

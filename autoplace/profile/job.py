@@ -356,6 +356,17 @@ def _timed_the_old_way(store: ProfileStore, done: set, record_kind: str, field: 
             and record.get(field) != version}
 
 
+def _launches_other_kernels(store: ProfileStore, done: set, launches_now: dict) -> set:
+    """Tags of ``done`` model records whose ``unit_keys`` are not the kernels the current build launches
+    (``launches_now``: ``{model tag: [unit key]}``): a legalization that changed (schedule version 8 legalizes
+    some 1x1 convolutions and adaptive pools differently) makes other kernels, and the model's end-to-end and
+    in-context timings were of the old ones."""
+    newest = store.newest_good()
+    return {tag for tag, keys in launches_now.items()
+            if tag in done and tag in newest and isinstance(newest[tag].get("unit_keys"), list)
+            and [str(k) for k in newest[tag]["unit_keys"]] != keys}
+
+
 #: How much slower (by the host-speed canary) a job's models may have run than the folder's kernels before the
 #: job says so (:func:`host_state_warning`).
 HOST_STATE_TOLERANCE = 1.10
@@ -687,7 +698,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                                 if "llvm" in kinds else set())
             untimed_in_context = (_timed_the_old_way(store, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
-            done -= untimed_in_model | untimed_in_context
+            launches_now = {("model", model.name, kind): [u.key for u in units]
+                            for model, _, by_kind in extracted for kind, units in by_kind.items()}
+            other_kernels = _launches_other_kernels(store, done, launches_now) if end_to_end else set()
+            done -= untimed_in_model | untimed_in_context | other_kernels
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
@@ -711,7 +725,9 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; {len(untimed_in_model & set(seen))} CPU kernels timed again because their records lack "
                    f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
-                   f"their kernels in context ({IN_CONTEXT_TIMING})" if again else ""))
+                   f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
+                + (f"; {len(other_kernels)} models timed again because their records launch other kernels "
+                   "than the current build (a legalization or schedule change)" if other_kernels else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
