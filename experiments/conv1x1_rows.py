@@ -1,0 +1,123 @@
+"""1x1 convolutions on rows no vector divides, and global average pools: schedule version 7 against 8.
+
+A 1x1 stride-1 convolution is a matmul per image, ``(O, I) @ (I, H*W)``; ``cpu_schedules.Contraction`` vectorises
+a convolution along its output rows, and a row of 17, 19 or 38 (Inception-v3's 17x17 stage, YOLO's 19x19 and
+38x38 heads) has no divisor from 4 to 16 lanes, so until schedule version 7 it ran as one odd-width vector (17
+lanes split by LLVM over two registers) or a scalar tail. Version 8 legalizes such a convolution over the
+flattened ``H*W`` axis (``cpu_schedules.FLATTEN_ODD_1X1_CONV``), whose columns ``Contraction`` pads to whole
+vectors as it does a matmul's. It also legalizes ``adaptive_avg_pool2d`` to 1x1 (``nn.AdaptiveAvgPool2d(1)``
+of an ONNX or Relax model) as the mean a row reduction vectorises, where TVM's adaptive pool is a scalar loop on
+one thread. Each case (convolution + bias + ReLU, as models fuse it) is built both ways through autoplace's
+single-device CPU build and timed in interleaved rounds (``time_evaluator``, at least 20 ms per sample); the
+outputs are compared.
+
+    python experiments/conv1x1_rows.py [--rounds 5]
+
+Writes ``experiments/results/<hardware id>/conv1x1_rows.csv`` (min and median over rounds, both versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import pandas as pd
+
+#: ``(name, input channels, output channels, map side, op)``: Inception-v3's 17x17 stage (192 / 768 wide), YOLO's
+#: 19x19 / 38x38 heads, a row of 23; two rows a vector tiles (unchanged, a check on the noise); global pools.
+CASES = (
+    ("1x1 192->192 on 17x17", 192, 192, 17, "conv"),
+    ("1x1 768->192 on 17x17", 768, 192, 17, "conv"),
+    ("1x1 96->96 on 19x19", 96, 96, 19, "conv"),
+    ("1x1 512->256 on 19x19", 512, 256, 19, "conv"),
+    ("1x1 64->64 on 38x38", 64, 64, 38, "conv"),
+    ("1x1 128->128 on 23x23", 128, 128, 23, "conv"),
+    ("1x1 64->64 on 56x56 (unchanged)", 64, 64, 56, "conv"),
+    ("1x1 256->256 on 14x14 (unchanged)", 256, 256, 14, "conv"),
+    ("AdaptiveAvgPool2d(1) 64x56x56", 64, 0, 56, "pool"),
+    ("AdaptiveAvgPool2d(1) 2048x7x7", 2048, 0, 7, "pool"),
+    ("AdaptiveAvgPool2d(1) 768x17x17", 768, 0, 17, "pool"),
+)
+
+
+def case_module(c_in: int, c_out: int, side: int, op: str):
+    """A Relax module of one convolution + bias + ReLU, or one adaptive average pool to 1x1."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, c_in, side, side), "float32"))
+    params = [x]
+    if op == "conv":
+        params += [relax.Var("w", relax.TensorType((c_out, c_in, 1, 1), "float32")),
+                   relax.Var("b", relax.TensorType((1, c_out, 1, 1), "float32"))]
+    with bb.function("main", params):
+        with bb.dataflow():
+            if op == "conv":
+                y = bb.emit(relax.op.add(relax.op.nn.conv2d(x, params[1]), params[2]))
+                out = bb.emit_output(relax.op.nn.relu(y))
+            else:
+                out = bb.emit_output(relax.op.nn.adaptive_avg_pool2d(x, 1))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def build(mod, version: int):
+    """``mod`` built by autoplace's CPU pipeline, with the legalizations of schedule version 7 or 8."""
+    from autoplace.backend import cpu_schedules as cs
+    from autoplace.backend.pipeline import single_device_build
+
+    flatten, global_pool = cs.FLATTEN_ODD_1X1_CONV, cs._global_avg_pool
+    cs.FLATTEN_ODD_1X1_CONV = version >= 8
+    if version < 8:
+        cs._global_avg_pool = lambda call: False
+    try:
+        return single_device_build(mod, "llvm")
+    finally:
+        cs.FLATTEN_ODD_1X1_CONV, cs._global_avg_pool = flatten, global_pool
+
+
+def main(argv=None):
+    import tvm
+    from tvm import relax
+
+    from autoplace.profile.hardware import hardware_metadata
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    dev, rng, rows = tvm.cpu(), np.random.default_rng(0), []
+    for name, c_in, c_out, side, op in CASES:
+        mod = case_module(c_in, c_out, side, op)
+        inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in mod["main"].params]
+        runs = {}
+        for version in (7, 8):
+            vm = relax.VirtualMachine(build(mod, version), dev)
+            tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
+            runs[version] = (vm, tensors, vm["main"](*tensors).numpy())
+        diff = float(np.abs(runs[8][2] - runs[7][2]).max())
+        times = {v: [] for v in runs}
+        for _ in range(args.rounds):
+            for v, (vm, tensors, _) in runs.items():
+                result = vm.time_evaluator("main", dev, number=5, repeat=5, min_repeat_ms=20)(*tensors)
+                times[v].append(float(np.median(result.results)) * 1e6)
+        row = dict(case=name, op=op, c_in=c_in, c_out=c_out, side=side, max_abs_diff=diff,
+                   v7_min_us=min(times[7]), v7_median_us=float(np.median(times[7])),
+                   v8_min_us=min(times[8]), v8_median_us=float(np.median(times[8])))
+        row["speedup_min"] = row["v7_min_us"] / row["v8_min_us"]
+        row["speedup_median"] = row["v7_median_us"] / row["v8_median_us"]
+        if op == "conv":
+            macs = c_in * c_out * side * side
+            row["v7_gmacs"], row["v8_gmacs"] = macs / row["v7_min_us"] / 1e3, macs / row["v8_min_us"] / 1e3
+        print(f"{name}: version 7 {row['v7_min_us']:.1f} us -> version 8 {row['v8_min_us']:.1f} us (min; "
+              f"x{row['speedup_min']:.2f}, median x{row['speedup_median']:.2f}), max diff {diff:.1e}", flush=True)
+        rows.append(row)
+    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "conv1x1_rows.csv")
+    pd.DataFrame(rows).to_csv(path, index=False)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
