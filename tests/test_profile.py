@@ -792,6 +792,27 @@ def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_aga
     assert all(t >= k for t, k in zip(record["in_context_us"], record["in_context_kernel_us"]))
 
 
+def test_a_model_whose_record_launches_other_kernels_than_the_current_build_is_timed_again(tmp_path):
+    """A legalization or schedule change gives some kernels new keys (schedule version 8: odd-row 1x1
+    convolutions, global average pools); a model record naming the old keys times the old build, so the job times
+    the model again; one naming the current kernels is left alone."""
+    from autoplace.profile import profile_models
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    store = ProfileStore(str(tmp_path / "p"))
+    model = zoo.parse("mlp")
+    keys = [u.key for u in extract_units(model, "llvm")]
+    old = dict(kind="model", key=model.name, target="llvm", status="ok", median_us=5.0,
+               in_context_timing=IN_CONTEXT_TIMING, in_context_us=[1.0] * len(keys))
+    store.append(dict(old, unit_keys=["llvm-0000000000000000"] + keys[1:]))
+    profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
+    record = store.newest_good()[("model", model.name, "llvm")]
+    assert record["unit_keys"] == keys and record["median_us"] != 5.0 and record["in_context_us"] != [1.0] * len(keys)
+    store.append(dict(old, unit_keys=keys))  # the current kernels: done
+    profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
+    assert store.newest_good()[("model", model.name, "llvm")]["median_us"] == 5.0
+
+
 def test_a_job_says_when_its_models_ran_on_a_slower_host_than_the_folders_kernels(tmp_path):
     """End-to-end records timed while the canary read 1.3x, against kernels timed at 1.0x, would read 30% above the
     kernels' sums: the job's log says so and what to run; within 10% it says nothing."""
