@@ -193,8 +193,10 @@ def _conv_ref(x, w, stride, pad, groups):
     (1, 16, 56, 8, 3, 1, 1, 1),   # rows of 56: a vector narrower than a register
     (1, 8, 17, 12, 3, 1, 1, 1),   # rows of 17 (no vector divides them): one 17-lane vector
     (1, 4, 26, 8, 3, 1, 1, 4),    # rows of 26, depthwise
-    (1, 32, 17, 24, 1, 1, 0, 1),  # 1x1 on rows of 17: a matmul over the flattened 289 (padded to 296)
+    (1, 32, 17, 24, 1, 1, 0, 1),  # 1x1 on rows of 17: over the flattened map, 289 -> 304 columns
     (2, 16, 19, 8, 1, 1, 0, 1),   # the same, batch 2, rows of 19
+    (1, 16, 19, 8, 5, 1, 2, 1),   # 5x5 on rows of 19, flattened with its padding (23-wide rows, 4 dropped)
+    (1, 16, 21, 8, 3, 1, 0, 1),   # 3x3 unpadded: output rows of 19
 ])
 def test_conv2d(n, c, h, o, k, stride, pad, groups):
     check(lambda x, w: R.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups),
@@ -237,25 +239,31 @@ def _vector_loops_of(func, block: str) -> set:
     return lanes
 
 
-def test_1x1_convolutions_on_rows_no_vector_divides_run_as_a_matmul_over_the_flattened_map(monkeypatch):
-    # rows of 17: no vector of 4 to 16 lanes tiles them; the flattened 17x17 = 289 is padded like matmul columns
-    conv = (lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w), b)))
-    shapes = [(1, 64, 17, 17), (48, 64, 1, 1), (1, 48, 1, 1)]
-    check(conv, shapes, rules={"Contraction"})
-    (_, func), = _prim_funcs(conv, shapes)
-    assert "conv2d_flat" in _legalized_blocks(conv, shapes)
+def test_stride_1_convolutions_on_rows_no_vector_divides_run_over_the_flattened_map(monkeypatch):
+    # rows of 17: no vector of 4 to 16 lanes tiles them; the flattened padded map (17 rows of 19) is computed in
+    # whole vectors, the 2 columns between rows dropped
     lanes = cs.vector_bits(TARGET) // 32
-    # the multiply-adds in whole vectors (289 padded to whole vectors); the cropped epilogue in rows of 17
-    assert _vector_loops_of(schedule_prim_func(func, TARGET)[0], "conv2d_flat_update") == {lanes}
-    monkeypatch.setattr(cs, "FLATTEN_ODD_1X1_CONV", False)  # as before: one 17-wide odd vector per row
-    (_, before), = _prim_funcs(conv, shapes)
-    assert _vector_loops_of(schedule_prim_func(before, TARGET)[0], "conv2d_nchw_update") == {17}
-    monkeypatch.undo()
-    # only 1x1, stride 1, unpadded, one group, odd rows, enough input channels: the rest legalize as before
+    for k, pad in ((1, 0), (3, 1)):
+        conv = (lambda x, w, b, pad=pad: R.nn.relu(R.add(R.nn.conv2d(x, w, padding=pad), b)))
+        shapes = [(1, 64, 17, 17), (48, 64, k, k), (1, 48, 1, 1)]
+        check(conv, shapes, rules={"Contraction"})
+        (_, func), = _prim_funcs(conv, shapes)
+        assert "conv2d_flat" in _legalized_blocks(conv, shapes)
+        assert _vector_loops_of(schedule_prim_func(func, TARGET)[0], "conv2d_flat_update") == {lanes}
+        monkeypatch.setattr(cs, "FLATTEN_ODD_ROW_CONV", False)  # as before: one 17-wide odd vector per row
+        (_, before), = _prim_funcs(conv, shapes)
+        assert _vector_loops_of(schedule_prim_func(before, TARGET)[0], "conv2d_nchw_update") == {17}
+        monkeypatch.undo()
+    # TF-style padding (more at the bottom and right), as ONNX exports of TF models carry it
+    check(lambda x, w: R.nn.conv2d(x, w, padding=(0, 0, 1, 1)), [(1, 16, 17, 17), (8, 16, 2, 2)],
+          rules={"Contraction"}, reference=None)
+    assert "conv2d_flat" in _legalized_blocks(lambda x, w: R.nn.conv2d(x, w, padding=(0, 0, 1, 1)),
+                                              [(1, 16, 17, 17), (8, 16, 2, 2)])
+    # only stride 1, one group, odd rows, enough input channels: the rest legalize as before
     keep = [(lambda x, w: R.nn.conv2d(x, w), [(1, 64, 16, 16), (48, 64, 1, 1)]),           # rows a vector tiles
+            (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 13, 13), (48, 64, 3, 3)]),  # rows of 13: 13 lanes
             (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 35, 35), (48, 64, 1, 1)]),  # strided
-            (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 17, 17), (48, 64, 3, 3)]),  # 3x3
-            (lambda x, w: R.nn.conv2d(x, w, groups=64), [(1, 64, 17, 17), (64, 1, 1, 1)]),   # depthwise
+            (lambda x, w: R.nn.conv2d(x, w, padding=1, groups=64), [(1, 64, 17, 17), (64, 1, 3, 3)]),  # depthwise
             (lambda x, w: R.nn.conv2d(x, w), [(1, 3, 17, 17), (48, 3, 1, 1)])]               # 3 channels
     for make, shp in keep:
         assert "conv2d_flat" not in _legalized_blocks(make, shp), shp

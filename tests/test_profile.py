@@ -793,7 +793,7 @@ def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_aga
 
 
 def test_a_model_whose_record_launches_other_kernels_than_the_current_build_is_timed_again(tmp_path):
-    """A legalization or schedule change gives some kernels new keys (schedule version 8: odd-row 1x1
+    """A legalization or schedule change gives some kernels new keys (schedule version 9: odd-row
     convolutions, global average pools); a model record naming the old keys times the old build, so the job times
     the model again; one naming the current kernels is left alone."""
     from autoplace.profile import profile_models

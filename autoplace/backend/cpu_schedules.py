@@ -76,10 +76,11 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    contraction's output (a fused padding) computed at the root (per tile it left the border unwritten).
 #: 7: strided vector loads of convolutions and pools lowered as contiguous loads + a shuffle
 #:    (:mod:`autoplace.backend.strided_loads`; were one scalar load per lane).
-#: 8: 1x1 convolutions on rows no vector divides as a matmul over ``H*W`` (:data:`FLATTEN_ODD_1X1_CONV`; were one
-#:    odd-width vector, 7-25x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar loop, 1.4-7x
-#:    slower): both legalized differently, so those kernels have new keys and are timed as new.
-SCHEDULE_VERSION = 8
+#: 8: (session 34, replaced within the hour by 9) 1x1 convolutions only, flattened through an inlined reshape.
+#: 9: stride-1 convolutions on rows no vector divides over their flattened map (:data:`FLATTEN_ODD_ROW_CONV`;
+#:    were one odd-width vector a row, 6-28x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar
+#:    loop, up to 7x slower): both legalized differently, so those kernels have new keys and are timed as new.
+SCHEDULE_VERSION = 9
 #: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
 STRIDED_LOAD_RULES = ("Contraction", "Pool")
 
@@ -254,27 +255,38 @@ def _te_softmax(x, axis):
     return te.compute(shape, lambda *i: exp[i] / expsum[rest(i)], name="T_softmax_norm", attrs={"axis": axis})
 
 
-#: Legalize a 1x1 stride-1 unpadded convolution whose output rows no vector divides (17, 19, 38...) as a
-#: matmul over the flattened ``H*W`` axis (schedule version 8); False: TVM's ``conv2d_nchw``, as before
-#: (``experiments/conv1x1_rows.py`` compares the two).
-FLATTEN_ODD_1X1_CONV = True
-#: The reduction block of a flattened 1x1 convolution (:class:`Contraction` pads its columns to whole vectors).
-FLAT_CONV_BLOCK = "conv2d_flat"
-#: Input channels below which the flattened form does not pay (3 -> 64 on 17x17: 8.7 us against 5.5, the padded
-#: copy of the input costing more than the few multiply-adds it saves).
+#: Legalize a stride-1 convolution whose output rows no vector divides (17, 19, 38...) over its flattened map
+#: (:func:`_te_conv2d_flat`, schedule version 9); False: TVM's ``conv2d_nchw``, as before
+#: (``experiments/conv_rows.py`` compares the two).
+FLATTEN_ODD_ROW_CONV = True
+#: Input channels below which the flattened form is not used (a 1x1 3 -> 64 on 17x17 ran 8.7 us against 5.5: the
+#: padded copy of the input costs more than the few multiply-adds it speeds up).
 FLATTEN_MIN_CHANNELS = 16
+#: The flattened output is computed in whole vectors of up to this many float32 lanes (AVX-512's; a multiple of
+#: AVX2's 8).
+FLAT_LANES = 16
 
 
 def odd_conv_row(width: int) -> bool:
     """Whether a convolution's output row of ``width`` has no divisor from 4 to 16 and is longer than 16: no
     vector of 4 to 16 lanes tiles it, so :class:`Contraction` runs it as one odd-width vector or a scalar tail
-    (a 1x1 192->192 convolution on 17x17 at 3 GMAC/s, 20x slower than on the flattened axis)."""
+    (a 1x1 192->192 convolution on 17x17 at 3 GMAC/s, a 3x3 one at 6)."""
     return width > 16 and not any(width % d == 0 for d in range(4, 17))
 
 
-def _flattenable_1x1_conv(call) -> bool:
-    """A float32 NCHW / OIHW conv2d with a 1x1 kernel, stride 1, no padding, dilation 1, one group, static
-    shapes, and output rows :func:`odd_conv_row` says no vector tiles."""
+def _padding4(padding) -> tuple[int, int, int, int]:
+    """``(top, left, bottom, right)`` of a conv2d's ``padding`` attribute (1, 2 or 4 values)."""
+    pad = [int(v) for v in padding]
+    if len(pad) == 1:
+        return (pad[0],) * 4
+    if len(pad) == 2:
+        return (pad[0], pad[1], pad[0], pad[1])
+    return tuple(pad)
+
+
+def _flattenable_conv(call) -> bool:
+    """A float32 NCHW / OIHW conv2d with stride 1, dilation 1, one group, static shapes, at least
+    :data:`FLATTEN_MIN_CHANNELS` input channels, and output rows :func:`odd_conv_row` says no vector tiles."""
     attrs = call.attrs
     data, kernel = call.args
     try:
@@ -282,25 +294,47 @@ def _flattenable_1x1_conv(call) -> bool:
         w_shape = [int(v) for v in kernel.ty.shape]
     except (TypeError, AttributeError):  # symbolic or unknown shapes
         return False
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        return False
+    _, left, _, right = _padding4(attrs.padding)
     return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
             and str(attrs.out_layout) == "NCHW" and int(attrs.groups) == 1
             and [int(v) for v in attrs.strides] == [1, 1] and [int(v) for v in attrs.dilation] == [1, 1]
-            and all(int(v) == 0 for v in attrs.padding) and len(x_shape) == 4 and w_shape[2:] == [1, 1]
             and str(data.ty.dtype) == str(kernel.ty.dtype) == "float32"
-            and str(attrs.out_dtype) in ("", "None", "void", "float32") and odd_conv_row(x_shape[3])
-            and x_shape[1] >= FLATTEN_MIN_CHANNELS)
+            and str(attrs.out_dtype) in ("", "None", "void", "float32") and x_shape[1] >= FLATTEN_MIN_CHANNELS
+            and odd_conv_row(x_shape[3] + left + right - w_shape[3] + 1))
 
 
-def _te_conv2d_1x1_flat(data, kernel):
-    """A 1x1 convolution as ``(O, I) @ (I, H*W)`` per image: :class:`Contraction` vectorises (and pads) the
-    flattened axis as it does a matmul's columns; the reshapes in and out are index arithmetic it inlines."""
+def _te_conv2d_flat(data, kernel, padding):
+    """A stride-1 convolution over its flattened padded map, in whole vectors.
+
+    The padded input ``(C, H + top + bottom, W + left + right)`` is copied flat (``pad_temp``, zeros around and
+    after it); output ``f`` of a channel is ``sum over c, dy, dx of pad_temp[c, f + dy * Wp + dx] * w[o, c, dy, dx]``,
+    row ``y`` of the output being ``f`` in ``[y * Wp, y * Wp + Wo)`` (the ``Wp - Wo`` columns between rows are
+    computed and dropped, 2 of 19 for a 3x3 on 17x17). So :class:`Contraction` tiles ``f``, a multiple of
+    :data:`FLAT_LANES`, as it does a matmul's columns: a 1x1 192->192 on 17x17 ran 33x faster than in rows of 17,
+    a 3x3 one 14x (``experiments/conv_rows.py``)."""
     n, c_in, h, w = (int(v) for v in data.shape)
-    c_out = int(kernel.shape[0])
-    flat = te.compute((n, c_in, h * w), lambda b, c, f: data[b, c, f // w, f % w], name="T_reshape")
+    c_out, _, kh, kw = (int(v) for v in kernel.shape)
+    top, left, bottom, right = padding
+    wp = w + left + right
+    ho, wo = h + top + bottom - kh + 1, wp - kw + 1
+    length = -(-ho * wp // FLAT_LANES) * FLAT_LANES
+    zero = tirx.const(0.0, data.dtype)
+
+    def padded(b, c, i):
+        y, x = i // wp - top, i % wp - left
+        inside = tirx.all(y >= 0, y < h, x >= 0, x < w)
+        return tirx.if_then_else(inside, data[b, c, tirx.max(tirx.min(y, h - 1), 0), tirx.max(tirx.min(x, w - 1), 0)],
+                                 zero)
+
+    flat = te.compute((n, c_in, length + (kh - 1) * wp + kw - 1), padded, name="pad_temp")
     rc = te.reduce_axis((0, c_in), name="rc")
-    out = te.compute((n, c_out, h * w), lambda b, o, f: te.sum(flat[b, rc, f] * kernel[o, rc, 0, 0], axis=rc),
-                     name=FLAT_CONV_BLOCK)
-    return te.compute((n, c_out, h, w), lambda b, o, y, x: out[b, o, y * w + x], name="conv2d_nchw")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    out = te.compute((n, c_out, length), lambda b, o, f: te.sum(
+        flat[b, rc, f + ry * wp + rx] * kernel[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv2d_flat")
+    return te.compute((n, c_out, ho, wo), lambda b, o, y, x: out[b, o, y * wp + x], name="conv2d_nchw")
 
 
 def _global_avg_pool(call) -> bool:
@@ -335,7 +369,7 @@ def _call_kind(call) -> str | None:
 def cpu_legalize_map(default_kind: str | None = None) -> dict:
     """``LegalizeOps`` overrides: exp, softmax, sigmoid, SiLU, erf, GELU, tanh as vectorisable math,
     ``power`` with a constant exponent of 1 to 4 (GPT-2's ``x ** 3``, RMS norm's ``x ** 2``) as multiplications,
-    a 1x1 convolution on rows no vector divides as a matmul over ``H*W`` (:func:`_flattenable_1x1_conv`), and
+    a stride-1 convolution on rows no vector divides over its flattened map (:func:`_flattenable_conv`), and
     an adaptive average pool to 1x1 as a mean (:func:`_global_avg_pool`).
 
     A call is legalized this way when its device is an llvm one (or it has none and ``default_kind``
@@ -366,24 +400,25 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
         return bb.call_te(lambda x: _te_integer_power(x, exponent), call.args[0], primfunc_name_hint="power")
 
     def special_case(op_name, applies, make, hint):
-        """Legalize a call ``applies(call)`` accepts as ``make(*args)`` on llvm devices; TVM's otherwise."""
+        """Legalize a call ``applies(call)`` accepts as ``make(call)(*args)`` on llvm devices; TVM's otherwise."""
         default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
         def legalize(bb, call):
             kind = _call_kind(call) or default_kind
             if kind != "llvm" or not applies(call):
                 return default(bb, call)
-            return bb.call_te(make, *call.args, primfunc_name_hint=hint)
+            return bb.call_te(make(call), *call.args, primfunc_name_hint=hint)
 
         return legalize
 
     shaped = {
         "relax.nn.adaptive_avg_pool2d": special_case("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
-                                                     _te_global_avg_pool, "adaptive_pool_avg"),
+                                                     lambda call: _te_global_avg_pool, "adaptive_pool_avg"),
     }
-    if FLATTEN_ODD_1X1_CONV:
-        shaped["relax.nn.conv2d"] = special_case("relax.nn.conv2d", _flattenable_1x1_conv, _te_conv2d_1x1_flat,
-                                                 "conv2d")
+    if FLATTEN_ODD_ROW_CONV:
+        shaped["relax.nn.conv2d"] = special_case(
+            "relax.nn.conv2d", _flattenable_conv,
+            lambda call: lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding)), "conv2d")
     return {
         **shaped,
         "relax.power": legalize_power,
@@ -794,9 +829,6 @@ class Contraction(CPUScheduleRule):
         max_lanes = max(bits // dtype_bits, 1)
         e_v = extent[v_var]
         e_u = extent[u_var] if u_var is not None else 1
-        # A 1x1 convolution over its flattened map (:func:`_te_conv2d_1x1_flat`): its columns are padded to whole
-        # vectors (289 -> 304 with 16 lanes ran 1.7-2x faster than -> 296 in 8-lane vectors); matmuls' to ROW_PAD.
-        flat = str(stmt.name_hint) == FLAT_CONV_BLOCK or str(stmt.name_hint).startswith(FLAT_CONV_BLOCK + "_")
         pad_rows = not padded and self.pads_rows(e_u)
         plan = self.tile_plan(e_v, e_u, max_lanes, _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16))
         pad_columns = not padded and plan["tail"]
@@ -809,8 +841,7 @@ class Contraction(CPUScheduleRule):
             # read at y + ry): then only its rows are.
             tries = [(pad_rows, pad_columns)] + ([(pad_rows, False)] if pad_rows and pad_columns else [])
             for rows, columns in tries:
-                padding = [self.ROW_PAD if rows and iv.var.same_as(u_var)
-                           else (max_lanes if flat else self.ROW_PAD) if columns and iv.var.same_as(v_var)
+                padding = [self.ROW_PAD if (rows and iv.var.same_as(u_var)) or (columns and iv.var.same_as(v_var))
                            else 1 for iv in iters]
                 trial = s_tir.Schedule(func)
                 if _attempt(trial.pad_einsum, trial.get_child_blocks(_root(trial))[r], padding):
@@ -834,8 +865,6 @@ class Contraction(CPUScheduleRule):
         others = [loop_of[v] for v in spatial
                   if not v.same_as(v_var) and (u_var is None or not v.same_as(u_var))]
         pack = self._pack_buffer(stmt, v_var, u_var, spatial, extent, ut) if u_var is not None else None
-        if flat and pack not in {rd.source.name for rd in sch.get(block).reads}:
-            pack = None  # the flattened 1x1 convolution's reshape, inlined: the input is read directly
         serial = []
         if u_var is not None and pack is not None:
             # Parallel over panels of v; the rows of one panel run in turn and share its packed copy.

@@ -358,8 +358,8 @@ def _timed_the_old_way(store: ProfileStore, done: set, record_kind: str, field: 
 
 def _launches_other_kernels(store: ProfileStore, done: set, launches_now: dict) -> set:
     """Tags of ``done`` model records whose ``unit_keys`` are not the kernels the current build launches
-    (``launches_now``: ``{model tag: [unit key]}``): a legalization that changed (schedule version 8 legalizes
-    some 1x1 convolutions and adaptive pools differently) makes other kernels, and the model's end-to-end and
+    (``launches_now``: ``{model tag: [unit key]}``): a legalization that changed (schedule version 9 legalizes
+    some convolutions and adaptive pools differently) makes other kernels, and the model's end-to-end and
     in-context timings were of the old ones."""
     newest = store.newest_good()
     return {tag for tag, keys in launches_now.items()
