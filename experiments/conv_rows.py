@@ -9,7 +9,7 @@ the map is one long row of whole vectors, the few columns between rows computed 
 of an ONNX or Relax model) as the mean a row reduction vectorises, where TVM's adaptive pool is a scalar loop on
 one thread. Each case (convolution + bias + ReLU, as models fuse it) is built both ways through autoplace's
 single-device CPU build and timed in interleaved rounds (``time_evaluator``, at least 20 ms per sample); the
-outputs are compared.
+outputs are compared; PyTorch eager (oneDNN) runs the same case in the same rounds, on as many threads.
 
     python experiments/conv_rows.py [--rounds 5]
 
@@ -69,6 +69,38 @@ def case_module(c_in: int, c_out: int, side: int, kernel: int, op: str):
     return bb.get()
 
 
+def torch_case(inputs, kernel: int, op: str):
+    """The same case in PyTorch eager (oneDNN), as a call: what a user would run instead."""
+    import torch
+
+    x, *rest = (torch.from_numpy(a) for a in inputs)
+    if op == "conv":
+        w, b = rest
+        return lambda: torch.relu(torch.nn.functional.conv2d(x, w, padding=kernel // 2) + b)
+    return lambda: torch.nn.functional.adaptive_avg_pool2d(x, 1)
+
+
+def torch_median_us(call, samples: int = 5, min_sample_s: float = 0.02) -> float:
+    """Median over ``samples`` of the mean time of ``call`` in a sample of at least ``min_sample_s``."""
+    import time
+
+    import torch
+
+    with torch.inference_mode():
+        call()
+        number, start = 1, time.perf_counter()
+        while time.perf_counter() - start < min_sample_s:
+            call()
+            number += 1
+        out = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            out.append((time.perf_counter() - start) / number * 1e6)
+    return float(np.median(out))
+
+
 def build(mod, version: int):
     """``mod`` built by autoplace's CPU pipeline, with the legalizations of schedule version 7 or 9."""
     from autoplace.backend import cpu_schedules as cs
@@ -92,7 +124,12 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--torch-threads", type=int, default=os.cpu_count(),
+                        help="PyTorch's threads (TVM's runtime uses every core; default: as many)")
     args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     dev, rng, rows = tvm.cpu(), np.random.default_rng(0), []
     for name, c_in, c_out, side, kernel, op in CASES:
         mod = case_module(c_in, c_out, side, kernel, op)
@@ -103,21 +140,28 @@ def main(argv=None):
             tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
             runs[version] = (vm, tensors, vm["main"](*tensors).numpy())
         diff = float(np.abs(runs[9][2] - runs[7][2]).max())
-        times = {v: [] for v in runs}
+        torch_call = torch_case(inputs, kernel, op)
+        diff_torch = float(np.abs(torch_call().numpy() - runs[9][2]).max())
+        times = {v: [] for v in (*runs, "torch")}
         for _ in range(args.rounds):
             for v, (vm, tensors, _) in runs.items():
                 result = vm.time_evaluator("main", dev, number=5, repeat=5, min_repeat_ms=20)(*tensors)
                 times[v].append(float(np.median(result.results)) * 1e6)
+            times["torch"].append(torch_median_us(torch_call))
         row = dict(case=name, op=op, c_in=c_in, c_out=c_out, side=side, kernel=kernel, max_abs_diff=diff,
                    v7_min_us=min(times[7]), v7_median_us=float(np.median(times[7])),
                    v9_min_us=min(times[9]), v9_median_us=float(np.median(times[9])))
+        row.update(torch_min_us=min(times["torch"]), torch_median_us=float(np.median(times["torch"])),
+                   torch_max_abs_diff=diff_torch)
+        row["v9_vs_torch_min"] = row["v9_min_us"] / row["torch_min_us"]
         row["speedup_min"] = row["v7_min_us"] / row["v9_min_us"]
         row["speedup_median"] = row["v7_median_us"] / row["v9_median_us"]
         if op == "conv":
             macs = c_in * c_out * side * side * kernel * kernel
             row["v7_gmacs"], row["v9_gmacs"] = macs / row["v7_min_us"] / 1e3, macs / row["v9_min_us"] / 1e3
         print(f"{name}: version 7 {row['v7_min_us']:.1f} us -> version 9 {row['v9_min_us']:.1f} us (min; "
-              f"x{row['speedup_min']:.2f}, median x{row['speedup_median']:.2f}), max diff {diff:.1e}", flush=True)
+              f"x{row['speedup_min']:.2f}, median x{row['speedup_median']:.2f}), max diff {diff:.1e}; PyTorch "
+              f"{row['torch_min_us']:.1f} us (version 9 at {row['v9_vs_torch_min']:.2f}x its time)", flush=True)
         rows.append(row)
     out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
     os.makedirs(out_dir, exist_ok=True)
