@@ -112,6 +112,10 @@ FAMILIES = {
     # inputs, the last stages of larger ones): expand (+ ReLU6, + the next depthwise convolution's TF pad) and
     # project (+ the residual add); rows of 2-4 pixels, output channels 12 at a time in the register tile
     "conv_small_maps": "conv",
+    # stride-1 convolutions (with bias + ReLU) on maps whose rows no vector divides (17, 19, 23, 29, 38: Inception-v3's
+    # 17x17 stage with its 1x7 / 7x1 pairs, YOLO's 19x19 / 38x38 heads): since CPU schedule 9 computed over the
+    # flattened map, 4-29x faster than in rows (experiments/conv_rows.py), so unlike any other odd-row convolution
+    "conv_odd_rows": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -645,6 +649,39 @@ def _pool(rng, family: str, n: int) -> list[Model]:
     return models
 
 
+#: ``(kernel height, kernel width)`` of :data:`FAMILIES` ``conv_odd_rows``, in turn, and the maps (none of 4-16
+#: lanes divides their rows).
+CONV_ODD_ROWS_KERNELS = ((1, 1), (3, 3), (1, 7), (7, 1), (5, 5))
+CONV_ODD_ROWS_MAPS = (17, 19, 38, 23, 29, 34)
+#: Largest multiply-add count of a ``conv_odd_rows`` convolution (about 1 ms on two Xeon f6m207 cores).
+CONV_ODD_ROWS_MAX_MACS = 6.0e7
+
+
+def _conv_odd_rows(rng, n: int) -> list[Model]:
+    """Stride-1, one-group convolutions with bias + ReLU on maps no vector divides the rows of, "same" padding (the
+    1x7 / 7x1 pairs of Inception-v3 pad one axis only); channels drawn from what fits in
+    :data:`CONV_ODD_ROWS_MAX_MACS`."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        kh, kw = CONV_ODD_ROWS_KERNELS[i % len(CONV_ODD_ROWS_KERNELS)]
+        h = CONV_ODD_ROWS_MAPS[i % len(CONV_ODD_ROWS_MAPS)]  # 5 kernels x 6 maps: no pair twice in 30 models
+        fits = [c for c in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
+                if c * c * kh * kw * h * h <= CONV_ODD_ROWS_MAX_MACS]
+        c = int(rng.choice(fits[-3:] or [16]))
+        cout = int(rng.choice((c // 2, c, 2 * c))) if c >= 32 else c
+        weight, bias = _const(rng, (cout, c, kh, kw)), _const(rng, (1, cout, 1, 1))
+        pad = (kh // 2, kw // 2, kh // 2, kw // 2)
+
+        def body(bb, x, w=weight, b=bias, pad=pad):
+            return op.nn.relu(op.add(bb.emit(op.nn.conv2d(x, w, padding=pad)), b))
+
+        models.append(_model(f"ops-conv_odd_rows-{kh}x{kw}-{c}x{h}x{h}-{cout}-relu", _f32((1, c, h, h)), body))
+    return models
+
+
 #: ``(channels, map)`` of :data:`FAMILIES` ``global_pool``: the last feature maps of torchvision's ResNets
 #: (512 / 2048 x 7x7), MobileNetV2 (1280 x 7x7), ConvNeXt / Swin (768 x 7x7), EfficientNet-style and
 #: Inception heads (384 x 14x14, 64 x 56x56), a CIFAR net's; on the Intel Xeon f6m207 the cost model had priced
@@ -1018,7 +1055,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
-          "conv_head": 8, "conv2d_tfpad": 8}
+          "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21}
 DEFAULT_COUNT = 4
 
 
@@ -1098,6 +1135,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _conv_stem(rng, count)
     if family == "conv_head":
         return _conv_head(rng, count)
+    if family == "conv_odd_rows":
+        return _conv_odd_rows(rng, count)
     if group == "conv":
         return _conv2d(rng, family, count, tiny=tiny)
     if family == "global_pool":
