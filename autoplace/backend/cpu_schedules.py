@@ -38,7 +38,9 @@ Tile sizes come from the target's vector width and the loop extents (factors tha
 few tiles need a predicate). :func:`cpu_target` gives an ``llvm`` target without ``mcpu`` this
 machine's CPU: without it LLVM emits SSE2 only (no AVX, no FMA). :func:`cpu_legalize_map` legalizes
 exp, softmax, sigmoid, SiLU, erf, GELU and tanh as polynomials that stay in vector registers (LLVM
-calls ``expf`` / ``erff`` once per lane otherwise).
+calls ``expf`` / ``erff`` once per lane otherwise), a stride-1 convolution whose rows no vector divides
+over its flattened map (``Contraction`` then tiles it as a matmul's columns), and a global average pool
+as a mean.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    (:mod:`autoplace.backend.strided_loads`; were one scalar load per lane).
 #: 8: (session 34, replaced within the hour by 9) 1x1 convolutions only, flattened through an inlined reshape.
 #: 9: stride-1 convolutions on rows no vector divides over their flattened map (:data:`FLATTEN_ODD_ROW_CONV`;
-#:    were one odd-width vector a row, 6-28x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar
+#:    were one odd-width vector a row, 4-29x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar
 #:    loop, up to 7x slower): both legalized differently, so those kernels have new keys and are timed as new.
 SCHEDULE_VERSION = 9
 #: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
@@ -312,8 +314,8 @@ def _te_conv2d_flat(data, kernel, padding):
     after it); output ``f`` of a channel is ``sum over c, dy, dx of pad_temp[c, f + dy * Wp + dx] * w[o, c, dy, dx]``,
     row ``y`` of the output being ``f`` in ``[y * Wp, y * Wp + Wo)`` (the ``Wp - Wo`` columns between rows are
     computed and dropped, 2 of 19 for a 3x3 on 17x17). So :class:`Contraction` tiles ``f``, a multiple of
-    :data:`FLAT_LANES`, as it does a matmul's columns: a 1x1 192->192 on 17x17 ran 33x faster than in rows of 17,
-    a 3x3 one 14x (``experiments/conv_rows.py``)."""
+    :data:`FLAT_LANES`, as it does a matmul's columns: a 1x1 192->192 on 17x17 ran 25x faster than in rows of 17,
+    a 3x3 one 11x (``experiments/conv_rows.py``, Xeon f6m207)."""
     n, c_in, h, w = (int(v) for v in data.shape)
     c_out, _, kh, kw = (int(v) for v in kernel.shape)
     top, left, bottom, right = padding
@@ -352,7 +354,7 @@ def _global_avg_pool(call) -> bool:
 
 def _te_global_avg_pool(x):
     """The mean over each channel's map, as ``x.mean((2, 3), keepdim=True)`` computes it (a row reduction
-    :class:`RowReduction` vectorises; TVM's adaptive pool is a scalar loop on one thread, 1.3-8x slower)."""
+    :class:`RowReduction` vectorises; TVM's adaptive pool is a scalar loop on one thread, up to 7x slower)."""
     h, w = int(x.shape[2]), int(x.shape[3])
     total = topi.sum(x, axis=[2, 3], keepdims=True)
     return topi.divide(total, tirx.const(float(h * w), "float32"))
