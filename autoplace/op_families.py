@@ -653,14 +653,15 @@ def _pool(rng, family: str, n: int) -> list[Model]:
 #: lanes divides their rows).
 CONV_ODD_ROWS_KERNELS = ((1, 1), (3, 3), (1, 7), (7, 1), (5, 5))
 CONV_ODD_ROWS_MAPS = (17, 19, 38, 23, 29, 34)
-#: Largest multiply-add count of a ``conv_odd_rows`` convolution (about 1 ms on two Xeon f6m207 cores).
+#: Largest multiply-add count of a ``conv_odd_rows`` convolution with as many output channels as input ones (about
+#: 1 ms on two Xeon f6m207 cores); one with twice as many does twice the work.
 CONV_ODD_ROWS_MAX_MACS = 6.0e7
 
 
 def _conv_odd_rows(rng, n: int) -> list[Model]:
     """Stride-1, one-group convolutions with bias + ReLU on maps no vector divides the rows of, "same" padding (the
-    1x7 / 7x1 pairs of Inception-v3 pad one axis only); channels drawn from what fits in
-    :data:`CONV_ODD_ROWS_MAX_MACS`."""
+    1x7 / 7x1 pairs of Inception-v3 pad one axis only); input channels drawn from what fits in
+    :data:`CONV_ODD_ROWS_MAX_MACS`, output channels half, as many or twice as many."""
     from tvm import relax
 
     op = relax.op
