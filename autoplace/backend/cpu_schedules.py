@@ -380,50 +380,43 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
     of elementwise ops inline for this, see :func:`autoplace.frontend.normalize`).
     """
 
-    def override(op_name, make, hint):
-        default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
-
-        def legalize(bb, call):
-            kind = _call_kind(call) or default_kind
-            arg = call.args[0]
-            if kind != "llvm" or str(getattr(arg.ty, "dtype", "")) != "float32":
-                return default(bb, call)
-            return bb.call_te(make(call), arg, primfunc_name_hint=hint)
-
-        return legalize
-
-    default_power = tvm.ir.Op.get("relax.power").get_attr("FLegalize")
-
-    def legalize_power(bb, call):
-        kind = _call_kind(call) or default_kind
-        exponent = _multiplied_exponent(call.args[1])
-        if kind != "llvm" or exponent is None or str(getattr(call.args[0].ty, "dtype", "")) != "float32":
-            return default_power(bb, call)
-        return bb.call_te(lambda x: _te_integer_power(x, exponent), call.args[0], primfunc_name_hint="power")
-
-    def special_case(op_name, applies, make, hint):
-        """Legalize a call ``applies(call)`` accepts as ``make(call)(*args)`` on llvm devices; TVM's otherwise."""
+    def legalized(op_name, applies, make, hint, operands=lambda call: call.args):
+        """Legalize a call ``applies(call)`` accepts as ``make(call)(*operands(call))`` on llvm devices; TVM's
+        legalization otherwise."""
         default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
         def legalize(bb, call):
             kind = _call_kind(call) or default_kind
             if kind != "llvm" or not applies(call):
                 return default(bb, call)
-            return bb.call_te(make(call), *call.args, primfunc_name_hint=hint)
+            return bb.call_te(make(call), *operands(call), primfunc_name_hint=hint)
 
         return legalize
 
+    def float32(call) -> bool:
+        return str(getattr(call.args[0].ty, "dtype", "")) == "float32"
+
+    def override(op_name, make, hint):  # elementwise math of one float32 operand
+        return legalized(op_name, float32, make, hint)
+
+    def power_of(call):
+        exponent = _multiplied_exponent(call.args[1])
+        return lambda x: _te_integer_power(x, exponent)
+
     shaped = {
-        "relax.nn.adaptive_avg_pool2d": special_case("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
-                                                     lambda call: _te_global_avg_pool, "adaptive_pool_avg"),
+        "relax.power": legalized(
+            "relax.power", lambda call: float32(call) and _multiplied_exponent(call.args[1]) is not None,
+            power_of, "power",
+            operands=lambda call: call.args[:1]),  # the exponent is unrolled, not an operand
+        "relax.nn.adaptive_avg_pool2d": legalized("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
+                                                  lambda call: _te_global_avg_pool, "adaptive_pool_avg"),
     }
     if FLATTEN_ODD_ROW_CONV:
-        shaped["relax.nn.conv2d"] = special_case(
+        shaped["relax.nn.conv2d"] = legalized(
             "relax.nn.conv2d", _flattenable_conv,
             lambda call: lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding)), "conv2d")
     return {
         **shaped,
-        "relax.power": legalize_power,
         "relax.exp": override("relax.exp", lambda call: _te_exp, "exp"),
         "relax.sigmoid": override("relax.sigmoid", lambda call: _te_sigmoid, "sigmoid"),
         "relax.nn.silu": override("relax.nn.silu", lambda call: _te_silu, "silu"),
