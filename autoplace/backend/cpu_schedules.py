@@ -286,17 +286,21 @@ def _padding4(padding) -> tuple[int, int, int, int]:
     return tuple(pad)
 
 
+def _static_shape(expr) -> list | None:
+    """The shape of a Relax tensor expression as ints, or None when symbolic or unknown."""
+    try:
+        return [int(v) for v in expr.ty.shape]
+    except (TypeError, AttributeError):
+        return None
+
+
 def _flattenable_conv(call) -> bool:
     """A float32 NCHW / OIHW conv2d with stride 1, dilation 1, one group, static shapes, at least
     :data:`FLATTEN_MIN_CHANNELS` input channels, and output rows :func:`odd_conv_row` says no vector tiles."""
     attrs = call.attrs
     data, kernel = call.args
-    try:
-        x_shape = [int(v) for v in data.ty.shape]
-        w_shape = [int(v) for v in kernel.ty.shape]
-    except (TypeError, AttributeError):  # symbolic or unknown shapes
-        return False
-    if len(x_shape) != 4 or len(w_shape) != 4:
+    x_shape, w_shape = _static_shape(data), _static_shape(kernel)
+    if x_shape is None or w_shape is None or len(x_shape) != 4 or len(w_shape) != 4:
         return False
     _, left, _, right = _padding4(attrs.padding)
     return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
@@ -343,12 +347,9 @@ def _global_avg_pool(call) -> bool:
     """``adaptive_avg_pool2d`` to one output per channel (``nn.AdaptiveAvgPool2d(1)``), float32, NCHW, static."""
     attrs = call.attrs
     size = attrs.output_size
-    try:
-        shape = [int(v) for v in call.args[0].ty.shape]
-    except (TypeError, AttributeError):
-        return False
-    return (size is not None and [int(v) for v in size] in ([1], [1, 1]) and str(attrs.layout) == "NCHW"
-            and str(attrs.out_layout) == "NCHW" and len(shape) == 4
+    shape = _static_shape(call.args[0])
+    return (shape is not None and size is not None and [int(v) for v in size] in ([1], [1, 1])
+            and str(attrs.layout) == "NCHW" and str(attrs.out_layout) == "NCHW" and len(shape) == 4
             and str(call.args[0].ty.dtype) == "float32")
 
 
