@@ -345,23 +345,23 @@ def _cpu_schedule_fields(unit) -> dict:
                 vector_width=vector_width(func), vector_reduce=vectorized_row_reduction(func))
 
 
-def _timed_the_old_way(store: ProfileStore, done: set, record_kind: str, field: str, version: str,
+def _timed_the_old_way(newest: dict, done: set, record_kind: str, field: str, version: str,
                        target_kind: str | None = None) -> set:
     """Tags of ``done`` records of ``record_kind`` (on ``target_kind``, any when None) whose newest record's
     ``field`` is not the current ``version`` of a timing: they are timed again (CPU kernels without the in-model
     timing :data:`~autoplace.profile.cache_state.IN_MODEL_TIMING`, models without the in-context timing
-    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`)."""
-    return {tag for tag, record in store.newest_good().items()
+    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`). ``newest``: the store's
+    :meth:`~ProfileStore.newest_good`."""
+    return {tag for tag, record in newest.items()
             if tag[0] == record_kind and tag in done and (target_kind is None or tag[2] == target_kind)
             and record.get(field) != version}
 
 
-def _launches_other_kernels(store: ProfileStore, done: set, launches_now: dict) -> set:
+def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
     """Tags of ``done`` model records whose ``unit_keys`` are not the kernels the current build launches
     (``launches_now``: ``{model tag: [unit key]}``): a legalization that changed (schedule version 9 legalizes
     some convolutions and adaptive pools differently) makes other kernels, and the model's end-to-end and
     in-context timings were of the old ones."""
-    newest = store.newest_good()
     return {tag for tag, keys in launches_now.items()
             if tag in done and tag in newest and isinstance(newest[tag].get("unit_keys"), list)
             and [str(k) for k in newest[tag]["unit_keys"]] != keys}
@@ -398,13 +398,12 @@ def host_state_warning(store: ProfileStore, model_tags: set) -> str:
             "(--redo model), or time the kernels again with them (--redo unit model)")
 
 
-def _retag_cpu_schedule(store: ProfileStore, units: dict) -> int:
+def _retag_cpu_schedule(store: ProfileStore, newest: dict, units: dict) -> int:
     """Append, for each CPU kernel of ``units`` (``{tag: Unit}``) whose newest record was made under an older
     :data:`~autoplace.backend.cpu_schedules.SCHEDULE_VERSION` (or lacks ``vector_width``), that record with the
     current :func:`_cpu_schedule_fields`; returns how many. The key is the kernel's TIR: a kernel the current
     rules still make is the kernel that was timed, so its timing holds (the cost model trains on
-    current-version CPU kernels only)."""
-    newest = store.newest_good()
+    current-version CPU kernels only). ``newest``: the store's :meth:`~ProfileStore.newest_good`."""
     changed = 0
     for tag in sorted(t for t in units if t[2] == "llvm"):
         record = newest.get(tag)
@@ -694,13 +693,14 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
-            untimed_in_model = (_timed_the_old_way(store, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
+            newest = store.newest_good()  # (read once: 3 s for a profile of 24 MB)
+            untimed_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
                                 if "llvm" in kinds else set())
-            untimed_in_context = (_timed_the_old_way(store, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
+            untimed_in_context = (_timed_the_old_way(newest, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
             launches_now = {("model", model.name, kind): [u.key for u in units]
                             for model, _, by_kind in extracted for kind, units in by_kind.items()}
-            other_kernels = _launches_other_kernels(store, done, launches_now) if end_to_end else set()
+            other_kernels = _launches_other_kernels(newest, done, launches_now) if end_to_end else set()
             done -= untimed_in_model | untimed_in_context | other_kernels
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
@@ -716,7 +716,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                         if tag not in done:
                             todo.append((model.name, graph, unit, targets[kinds[kind]].target, kind))
             again = untimed_in_context & {("model", m.name, kind) for m, _, _, _, kind in model_runs}
-            retagged = _retag_cpu_schedule(store, {tag: unit for tag, unit in seen.items() if tag in done})
+            retagged = _retag_cpu_schedule(store, newest, {tag: unit for tag, unit in seen.items() if tag in done})
             skipped = [name for name in targets if name not in runnable]
             log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(todo)} already "
                 f"profiled, {len(todo)} to measure on {sorted(kinds)}"
