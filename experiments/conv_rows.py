@@ -106,14 +106,12 @@ def build(mod, version: int):
     from autoplace.backend import cpu_schedules as cs
     from autoplace.backend.pipeline import single_device_build
 
-    flatten, global_pool = cs.FLATTEN_ODD_ROW_CONV, cs._global_avg_pool
-    cs.FLATTEN_ODD_ROW_CONV = version >= 9
-    if version < 9:
-        cs._global_avg_pool = lambda call: False
+    flatten, as_mean = cs.FLATTEN_ODD_ROW_CONV, cs.GLOBAL_POOL_AS_MEAN
+    cs.FLATTEN_ODD_ROW_CONV = cs.GLOBAL_POOL_AS_MEAN = version >= 9
     try:
         return single_device_build(mod, "llvm")
     finally:
-        cs.FLATTEN_ODD_ROW_CONV, cs._global_avg_pool = flatten, global_pool
+        cs.FLATTEN_ODD_ROW_CONV, cs.GLOBAL_POOL_AS_MEAN = flatten, as_mean
 
 
 def main(argv=None):

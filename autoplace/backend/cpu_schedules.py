@@ -343,6 +343,11 @@ def _te_conv2d_flat(data, kernel, padding):
     return te.compute((n, c_out, ho, wo), lambda b, o, y, x: out[b, o, y * wp + x], name="conv2d_nchw")
 
 
+#: Legalize ``adaptive_avg_pool2d`` to 1x1 as a mean (schedule version 9); False: TVM's scalar adaptive pool, as
+#: before (``experiments/conv_rows.py`` compares the two).
+GLOBAL_POOL_AS_MEAN = True
+
+
 def _global_avg_pool(call) -> bool:
     """``adaptive_avg_pool2d`` to one output per channel (``nn.AdaptiveAvgPool2d(1)``), float32, NCHW, static."""
     attrs = call.attrs
@@ -409,9 +414,10 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
             "relax.power", lambda call: float32(call) and _multiplied_exponent(call.args[1]) is not None,
             power_of, "power",
             operands=lambda call: call.args[:1]),  # the exponent is unrolled, not an operand
-        "relax.nn.adaptive_avg_pool2d": legalized("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
-                                                  lambda call: _te_global_avg_pool, "adaptive_pool_avg"),
     }
+    if GLOBAL_POOL_AS_MEAN:
+        shaped["relax.nn.adaptive_avg_pool2d"] = legalized("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
+                                                           lambda call: _te_global_avg_pool, "adaptive_pool_avg")
     if FLATTEN_ODD_ROW_CONV:
         shaped["relax.nn.conv2d"] = legalized(
             "relax.nn.conv2d", _flattenable_conv,
