@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 STREAM_SHAPE = (1024, 4096)  # float32: 16 MB per tensor
 SLOW = 1.15
@@ -124,15 +125,12 @@ def simulate_calm_policies(table: pd.DataFrame, policies=((1.15, 1.10), (1.05, 1
 
 
 def main(argv=None):
-    from autoplace.profile.hardware import hardware_metadata
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=["bert-base", "resnet-base"])
     parser.add_argument("--seconds", type=float, default=240)
     parser.add_argument("--replay", action="store_true", help="analyse the samples of the last run again")
     args = parser.parse_args(argv)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
     path = os.path.join(out_dir, "canary_correlation.csv")
     if args.replay:
         table = pd.read_csv(path)

@@ -22,7 +22,7 @@ import argparse
 import os
 
 import numpy as np
-import pandas as pd
+from results_folder import write_csv
 
 #: ``(name, input channels, output channels, map side, kernel, op)``: Inception-v3's 17x17 stage (192 / 768 wide,
 #: 1x1 and 3x3), YOLO's 19x19 / 38x38 heads, a row of 23, a 5x5; two rows a vector tiles (unchanged, a check on the
@@ -118,7 +118,6 @@ def main(argv=None):
     import tvm
     from tvm import relax
 
-    from autoplace.profile.hardware import hardware_metadata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -161,11 +160,7 @@ def main(argv=None):
               f"x{row['speedup_min']:.2f}, median x{row['speedup_median']:.2f}), max diff {diff:.1e}; PyTorch "
               f"{row['torch_min_us']:.1f} us (version 9 at {row['v9_vs_torch_min']:.2f}x its time)", flush=True)
         rows.append(row)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "conv_rows.csv")
-    pd.DataFrame(rows).to_csv(path, index=False)
-    print(f"wrote {path}")
+    write_csv(rows, "conv_rows.csv")
 
 
 if __name__ == "__main__":

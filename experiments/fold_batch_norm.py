@@ -18,6 +18,7 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 DEFAULT_MODELS = ("cnn", "resnet", "mobilenetv2", "cnn-base", "resnet-base", "mobilenetv2-base")
 
@@ -61,14 +62,11 @@ def compare(specs, rounds: int) -> pd.DataFrame:
 
 
 def main(argv=None):
-    from autoplace.profile.hardware import hardware_metadata
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
     table = compare(args.models, args.rounds)
     path = os.path.join(out_dir, "fold_batch_norm.csv")
     table.to_csv(path, index=False)

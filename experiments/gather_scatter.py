@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,7 +68,6 @@ def main(argv=None):
     from kernel_timing import time_interleaved
 
     from autoplace.backend.cpu_schedules import cpu_target
-    from autoplace.profile.hardware import hardware_metadata
     from autoplace.profile.measure import _random_args
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,10 +107,7 @@ def main(argv=None):
         for name in variants:
             df[f"{name}_us"] = [float(np.min(times[(k, name)])) if (k, name) in times else np.nan for k in df["key"]]
         df["speedup"] = df["shipped_us"] / df["no_gather_us"]
-    hw = hardware_metadata()["hardware_id"]
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", hw)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"gather_scatter{'_' + args.mcpu if args.mcpu else ''}.csv")
+    path = os.path.join(results_folder(), f"gather_scatter{'_' + args.mcpu if args.mcpu else ''}.csv")
     df.to_csv(path, index=False)
     hit = df[(df["shipped_gathers"] + df["shipped_scatters"]) > 0]
     print(f"{len(df)} kernels for {base}: {len(hit)} with gathers or scatters "

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 DEFAULT_MODELS = ["mlp-base", "cnn-base", "bert-base", "inception-base", "seed003-base", "llama-base", "gpt2-base",
                   "vit-base", "resnet-base", "mobilenetv2-base", "convnext-base"]
@@ -29,7 +30,6 @@ def main(argv=None):
     import autoplace
     from autoplace import zoo
     from autoplace.backend.cpu_schedules import host_cpu
-    from autoplace.profile.hardware import hardware_metadata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mcpu", nargs=2, default=["x86-64-v3", "native"])
@@ -62,8 +62,7 @@ def main(argv=None):
                              ratio_to_first=float(np.median(medians[m])) / base))
         print(pd.DataFrame(rows[-len(mcpus):]).to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
     table = pd.DataFrame(rows)
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
     out = os.path.join(out_dir, "mcpu_ratio.csv")
     table.to_csv(out, index=False)
     wide = table.pivot(index="model", columns="mcpu", values="ratio_to_first")

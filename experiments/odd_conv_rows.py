@@ -15,10 +15,9 @@ Writes ``experiments/results/<hardware id>/odd_conv_rows.csv``.
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
-import pandas as pd
+from results_folder import write_csv
 
 #: ``(name, input NCHW, weight OIHW, padding, groups)``: AlexNet's 13 and 27, YOLO's 13 and 26, Inception-v3's 17.
 CASES = (
@@ -54,7 +53,6 @@ def main(argv=None):
     import tvm
 
     from autoplace.backend import cpu_schedules as cs
-    from autoplace.profile.hardware import hardware_metadata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -101,11 +99,7 @@ def main(argv=None):
         print(f"{name}: scalar tail {row['tail_us']:.1f} us -> odd vector {row['odd_us']:.1f} us "
               f"(x{row['speedup']:.1f}; {row['odd_ns_per_1000_macs']:.0f} ns per 1000 multiply-adds)", flush=True)
         rows.append(row)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "odd_conv_rows.csv")
-    pd.DataFrame(rows).to_csv(path, index=False)
-    print(f"wrote {path}")
+    write_csv(rows, "odd_conv_rows.csv")
 
 
 if __name__ == "__main__":

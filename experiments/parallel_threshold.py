@@ -25,6 +25,7 @@ import os
 import numpy as np
 import pandas as pd
 from kernel_timing import build_kernels, time_interleaved
+from results_folder import results_folder
 
 DEFAULT_MODELS = ("inception", "mobilenetv2", "convnext", "resnet", "bert", "gpt2", "vit", "cnn",
                   "inception-base", "mobilenetv2-base", "convnext-base", "resnet-base", "cnn-base", "bert-base",
@@ -69,8 +70,6 @@ def block_work(prim_func) -> int:
 
 
 def main(argv=None):
-    from autoplace.profile.hardware import hardware_metadata
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--thresholds", nargs="*", default=list(DEFAULT_THRESHOLDS))
@@ -113,8 +112,7 @@ def main(argv=None):
         print("\nsingle-thread / two-thread time by rule and log2(work) (median over kernels):")
         print(both.pivot_table(index="log2_work", columns="rule", values="speedup", aggfunc="median").round(2)
               .to_string())
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
     path = os.path.join(out_dir, f"parallel_threshold{args.tag}.csv")
     table.to_csv(path, index=False)
     print(f"wrote {path}")

@@ -17,11 +17,11 @@ Writes ``experiments/results/<hardware id>/pool_rows.csv``.
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 import pandas as pd
 from kernel_timing import build_kernels, time_interleaved
+from results_folder import write_csv
 
 MAPS = (7, 8, 14, 16, 28, 32, 56, 64)
 WINDOWS = (("max", 3, 1, 1), ("max", 3, 2, 1), ("max", 2, 2, 0), ("avg", 3, 1, 1))
@@ -53,7 +53,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    from autoplace.profile.hardware import hardware_metadata
 
     units = pool_units()
     built = build_kernels((u.key, u) for *_, u in units)
@@ -64,11 +63,8 @@ def main(argv=None):
         rows.append(dict(model=name, window=window, map=h, channels=c, tap_work=taps, min_us=min(us),
                          median_us=float(np.median(us)), ns_per_tap=1e3 * min(us) / taps))
     df = pd.DataFrame(rows)
-    out = os.path.join("experiments", "results", hardware_metadata()["hardware_id"], "pool_rows.csv")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    df.to_csv(out, index=False)
     print(df.pivot(index="map", columns="window", values="ns_per_tap").round(3).to_string())
-    print(f"wrote {out}")
+    write_csv(df, "pool_rows.csv")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 
 def newest_units(records: pd.DataFrame) -> pd.DataFrame:
@@ -105,8 +106,7 @@ def main(argv=None):
     df["eviction_cost_local"] = df["in_model_local_us"] / df["warm_local_us"]
     df["eviction_cost_remote"] = df["in_model_remote_us"] / df["warm_remote_us"]
     df = df.sort_values("warm_local_us").reset_index(drop=True)
-    out = os.path.join(here, "results", hw, f"{args.via}_in_model.csv")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    out = os.path.join(results_folder(), f"{args.via}_in_model.csv")
     df.to_csv(out, index=False)
     pd.set_option("display.width", 220)
     print(df.to_string(float_format=lambda x: f"{x:.3f}"))

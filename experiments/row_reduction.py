@@ -26,6 +26,7 @@ import os
 import numpy as np
 import pandas as pd
 from kernel_timing import build_kernels, time_interleaved
+from results_folder import results_folder
 
 DEFAULT_MODELS = ("bert", "gpt2", "llama", "vit", "convnext", "inception", "resnet", "whisper-encoder",
                   "bert-base", "gpt2-base", "llama-base", "vit-base", "inception-base", "cnn-base", "convnext-base")
@@ -93,7 +94,6 @@ def main(argv=None):
     from autoplace import zoo
     from autoplace.backend.cpu_schedules import vectorized_row_reduction
     from autoplace.op_families import op_family_models
-    from autoplace.profile.hardware import hardware_metadata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
@@ -103,8 +103,7 @@ def main(argv=None):
     parser.add_argument("--end-to-end", nargs="*", metavar="MODEL",
                         help="time these models whole, scalar row loop vs the shipped setting, instead")
     args = parser.parse_args(argv)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
     if args.end_to_end is not None:
         table = end_to_end(args.end_to_end or ["bert-base", "gpt2-base", "llama-base", "vit-base", "inception-base",
                                                 "cnn-base"], args.rounds)

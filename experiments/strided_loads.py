@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 import pandas as pd
+from results_folder import results_folder
 
 DEFAULT_MODELS = ["resnet-base", "mobilenetv2-base", "cnn-base", "convnext-base", "swin-base", "whisper-encoder-base",
                   "inception-base", "bert-base"]
@@ -100,15 +101,12 @@ def model_rows(specs, rounds: int, repeat: int = 5, sample_ms: float = 20.0) -> 
 
 
 def main(argv=None):
-    from autoplace.profile.hardware import hardware_metadata
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-models", action="store_true", help="time the kernels only")
     args = parser.parse_args(argv)
-    folder = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(folder, exist_ok=True)
+    folder = results_folder()
     kernels = kernel_rows(args.models, args.rounds)
     kernels.to_csv(os.path.join(folder, "strided_loads_kernels.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_colwidth", 50):

@@ -22,6 +22,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 from kernel_timing import build_kernels, time_interleaved
+from results_folder import results_folder
 
 DEFAULT_MODELS = ("bert", "gpt2", "llama", "t5-encoder", "whisper-encoder", "swin", "convnext",
                   "bert-base", "gpt2-base", "llama-base", "vit-base", "t5-encoder-base")
@@ -30,15 +31,13 @@ DEFAULT_MODELS = ("bert", "gpt2", "llama", "t5-encoder", "whisper-encoder", "swi
 def main(argv=None):
     from autoplace import zoo
     from autoplace.backend import cpu_schedules, pipeline
-    from autoplace.profile.hardware import hardware_metadata
     from autoplace.profile.units import extract_units
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    out_dir = os.path.join("experiments", "results", hardware_metadata()["hardware_id"])
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = results_folder()
 
     pairs, plain_units = [], {}
     for spec in args.models:
