@@ -3,7 +3,8 @@
 For each target kind in the profile and each zoo model family (``cnn`` with ``cnn-base``...), the
 cost model is trained on the other families' kernels and predicts every kernel of the held-out
 models (see :mod:`autoplace.cost_model.evaluate` for the split, the lookup-first variant and the
-metrics). Prints a per-model table and writes, under ``experiments/results/``:
+metrics). Prints a per-model table and writes, under ``experiments/results/<the profile folder's name>/``
+(``--out``; the Zen 5's figures of sessions 1-13 lie in ``experiments/results/`` itself):
 
 ``cost_model_lofo_models.csv``   one row per (cost model, target, held-out model): MAPE, MdAPE,
                                  Spearman, end-to-end errors (pure model, lookup-first, oracle)
@@ -13,7 +14,7 @@ metrics). Prints a per-model table and writes, under ``experiments/results/``:
 ``cost_model_eval.json``         all of the above summarised, the acceptance checks, provenance
 ``cost_model_summary.md``        the tables in Markdown (for the README)
 
-    python experiments/cost_model_eval.py --profile profiles/amd-epyc-2c [--quick]
+    python experiments/cost_model_eval.py [--profile profiles/<hardware id>] [--quick]
 
 ``--remeasure`` also times each zoo model end to end on this machine now (the profiler's own
 ``model_record``) and reports the predictions' error against those fresh timings as well.
@@ -573,7 +574,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--profile", default="profiles/amd-epyc-2c", help="profile folder")
+    parser.add_argument("--profile", help="profile folder (default: profiles/<this machine's hardware id>)")
     parser.add_argument("--target", help="evaluate this target kind only")
     parser.add_argument("--random-state", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="skip the learning curve and the variants")
@@ -600,8 +601,13 @@ def main(argv=None) -> int:
                         help="random parts per held-out model when checking how bands combine")
     parser.add_argument("--never-held-out", nargs="*", default=list(NEVER_HELD_OUT),
                         help=f"training-only families (default: {' '.join(NEVER_HELD_OUT)})")
-    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--out", help="results folder (default: experiments/results/<the profile folder's name>)")
     args = parser.parse_args(argv)
+    if args.profile is None:
+        from autoplace.profile.hardware import hardware_metadata
+
+        args.profile = os.path.join("profiles", hardware_metadata()["hardware_id"])
+    args.out = args.out or os.path.join(RESULTS, os.path.basename(os.path.normpath(args.profile)))
 
     started = time.perf_counter()
     store = ProfileStore(args.profile)
