@@ -9,10 +9,12 @@ tile divides, batch and broadcast matmuls, grouped / depthwise / strided convolu
 from __future__ import annotations
 
 import shutil
+from unittest import mock
 
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from autoplace.backend import cpu_schedules as cs
@@ -420,8 +422,36 @@ def test_row_reductions_accumulate_in_vector_lanes():
         ("RowReduction", True)]
     assert _vectorized(lambda x, g, b: R.nn.group_norm(x, g, b, num_groups=4, channel_axis=1, axes=[2, 3]),
                        [(1, 16, 44, 44), (16,), (16,)]) == [("RowReduction", True)]
-    # rows no vector divides (a ViT's 197 tokens) stay scalar
-    assert _vectorized(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]) == [("RowReduction", False)]
+    # rows shorter than two vectors stay scalar
+    assert _vectorized(lambda x: R.sum(x, axis=[1]), [(9, 12)]) == [("RowReduction", False)]
+
+
+def test_rows_no_vector_divides_reduce_in_full_vectors_and_a_scalar_tail():
+    # schedule version 10: a ViT's 197 tokens, a mean over 17x17 (the two loops fused: 289 contiguous), a Swin
+    # window's 49, a max (its init is -inf, not 0): full vectors, the last partial one's elements one at a time
+    cases = [(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]), (lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 17, 17)]),
+             (lambda x: R.sum(x, axis=[-1]), [(4, 49)]), (lambda x: R.max(x, axis=[-1]), [(5, 197)]),
+             (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(3, 37), (37,), (37,)])]
+    lanes = cs.vector_bits(TARGET) // 32
+    for make, shapes in cases:
+        assert _vectorized(make, shapes) == [("RowReduction", True)], shapes
+        (_, func), = _prim_funcs(make, shapes)
+        scheduled, _ = schedule_prim_func(func, TARGET)
+        assert cs.vector_width(scheduled) == lanes, shapes  # the partitioned loop counts as a vector
+        loops = []
+        tvm_ffi.structural_walk(scheduled.body, (tvm.tirx.For, loops.append), order="post")
+        assert any(cs.PARTITION_HINT in loop.annotations for loop in loops), shapes
+    # with the switch off, version 9's scalar loop (what experiments/row_reduction.py compares against)
+    with mock.patch.object(cs, "ODD_ROW_REDUCTION", False):
+        assert _vectorized(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]) == [("RowReduction", False)]
+
+
+@pytest.mark.parametrize("extents,width,fused", [([197], 8, 1), ([17, 17], 8, 2), ([49], 8, 1), ([1500], 16, 1),
+                                                 ([3, 5], 0, 1), ([12], 0, 1), ([4, 7, 7], 8, 2)])
+def test_odd_row_reduction_width(extents, width, fused):
+    # 8 float lanes, 2 accumulators: the last two loops fused where there are two; two vectors from 32 steps of
+    # them (1500), none under two vectors
+    assert cs.odd_row_reduction_width(extents, 8, 2) == (width, fused)
 
 
 def test_vector_width_says_which_kernels_run_scalar():

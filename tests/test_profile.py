@@ -635,6 +635,12 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     for key in keys + ["llvm-no-longer-made"]:
         store.append(dict(old, key=key))
     assert len(training_units(store.records())) == len(keys) + 1  # no current-version kernel yet: all kept
+    # ... but of a profile last run two versions back, only the kernels of its newest version (what its last run
+    # timed or marked), not every version mixed
+    older = ProfileStore(str(tmp_path / "r"))
+    older.append(dict(old, key="llvm-made-two-versions-back", cpu_schedule=SCHEDULE_VERSION - 2))
+    older.append(dict(old, key="llvm-made-one-version-back"))
+    assert list(training_units(older.records())["key"]) == ["llvm-made-one-version-back"]
     summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
                              progress=False)
     assert summary["measured"] == 0

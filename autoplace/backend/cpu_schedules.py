@@ -24,8 +24,8 @@ schedule never makes a build fail.
     TVM's own rule for matrix-vector products that read the matrix along the reduction.
 ``RowReduction``
     softmax, layer / RMS norm, mean and other reductions: each block's rows in parallel, a reduction along
-    the rows' innermost axes accumulated in vector lanes (``rfactor``), other loops left to LLVM's
-    vectoriser.
+    the rows' innermost axes accumulated in vector lanes (``rfactor``; rows no vector divides in full vectors
+    and a scalar tail), other loops left to LLVM's vectoriser.
 ``Injective``
     elementwise, broadcast, reshape, concatenate...: producers inlined, each remaining block's outer
     loops fused and run in parallel, its innermost loop vectorised; transposes in tiles staged
@@ -68,8 +68,9 @@ _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
 #: reductions from 2^14 iterations; pooling windows from 2^17 output elements x taps).
 PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 1 << 14, "pool": 1 << 17}
 #: Version of the kernels these rules make; bump it when a change makes some kernel run differently. Profile
-#: records carry it (``cpu_schedule``), and the cost model trains on the CPU kernels of the current version only
-#: (:func:`autoplace.cost_model.training_units`): a kernel the rules no longer make is not what a build runs.
+#: records carry it (``cpu_schedule``), and the cost model trains on the CPU kernels of the newest version a
+#: profile has only (:func:`autoplace.cost_model.training_units`): a kernel the rules no longer make is not what a
+#: build runs; a profile job marks the kernels a new version leaves as they were and times the rest.
 #: 2: parallel loops only from :data:`PARALLEL_MIN_WORK` (was 4096 output elements for every rule).
 #: 3: max / average pools by :class:`Pool` (were register-tiled by :class:`Contraction`).
 #: 4: row reductions accumulated in vector lanes by :class:`RowReduction` (were one scalar add at a time).
@@ -82,7 +83,9 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 9: stride-1 convolutions on rows no vector divides over their flattened map (:data:`FLATTEN_ODD_ROW_CONV`;
 #:    were one odd-width vector a row, 4-29x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar
 #:    loop, up to 7x slower): both legalized differently, so those kernels have new keys and are timed as new.
-SCHEDULE_VERSION = 9
+#: 10: row reductions of rows no vector width divides (a 197-key softmax, a mean over 17x17) accumulated in full
+#:    vectors, the last partial one scalar (:data:`ODD_ROW_REDUCTION`; were one scalar add at a time).
+SCHEDULE_VERSION = 10
 #: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
 STRIDED_LOAD_RULES = ("Contraction", "Pool")
 
@@ -1006,6 +1009,13 @@ class Pool(CPUScheduleRule):
 #: Steps along a row below which a row reduction accumulates in one vector, not several: two vectors made a
 #: 3136-element mean 1.5x and a 768-long layer norm 1.3x faster, and rows of 32-256 slower.
 ROW_STEPS_PER_EXTRA_VECTOR = 32
+#: Accumulate a row reduction whose rows no vector width divides (197, 17x17 = 289, 49, 1500) in full vectors,
+#: the last partial vector's elements one at a time (:func:`odd_row_reduction_width`; TVM's ``LoopPartition``
+#: splits that last step off the vector loop); False: such rows are added one scalar at a time (version 9).
+ODD_ROW_REDUCTION = True
+#: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
+#: only annotated loops in the default pipeline).
+PARTITION_HINT = "pragma_loop_partition_hint"
 
 
 def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None = None) -> int:
@@ -1029,6 +1039,22 @@ def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None
     return 0
 
 
+def odd_row_reduction_width(extents: list[int], lanes: int, accumulators: int) -> tuple[int, int]:
+    """``(lanes, loops fused)`` to accumulate a row reduction whose reduced loops have ``extents`` (innermost
+    last) in full vectors when no vector width divides its rows (:func:`row_reduction_width` found none): the
+    last two loops fused where there are two (a 17x17 mean: 289 contiguous elements, one partial vector, not
+    17), else the innermost; more than one vector only as :func:`row_reduction_width` allows; ``(0, 1)`` when
+    the run is shorter than two vectors (it stays scalar)."""
+    fused = 2 if len(extents) >= 2 else 1
+    run = extents[-1] * (extents[-2] if fused == 2 else 1)
+    if run < 2 * lanes:
+        return 0, 1
+    width = lanes * max(1, accumulators)
+    while width > lanes and run < ROW_STEPS_PER_EXTRA_VECTOR * width:
+        width //= 2
+    return width, fused
+
+
 def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulators: int) -> bool:
     """Accumulate a reduction block along its rows' innermost axes in vector lanes; whether it did.
 
@@ -1039,7 +1065,9 @@ def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulator
     that keeps ``ki`` partial results per row (vectorised: ``ki`` lanes of a load added into as many
     accumulators), and the original block adds them up. Three or more loops are not fused: the index
     arithmetic of a vector that crosses two row boundaries is left to gathers (a 4x44x44 group norm ran
-    1.4x slower than the scalar loop).
+    1.4x slower than the scalar loop). Rows no width divides (:data:`ODD_ROW_REDUCTION`) are split into full
+    vectors and one partial step (:func:`odd_row_reduction_width`), whose loop carries :data:`PARTITION_HINT`:
+    lowering splits the last step off, so the rest runs without a predicate, as vectors.
     """
     stmt = sch.get(block)
     kinds = [iv.iter_type for iv in stmt.iter_vars]
@@ -1064,13 +1092,19 @@ def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulator
         wider = row_reduction_width(extents[-1] * extents[-2], lanes, accumulators, row)
         if wider > width:
             width, fused = wider, 2
+    if not width and ODD_ROW_REDUCTION:
+        width, fused = odd_row_reduction_width(extents, lanes, accumulators)
     if not width:
         return False
     try:
         k = sch.fuse(*loops[-fused:]) if fused > 1 else loops[-1]
+        run = _extent(sch, k) or 0
         _, ki = sch.split(k, factors=[None, width])
         rf = sch.rfactor(ki, n_lead)
-        sch.vectorize(sch.get_loops(rf)[-1])
+        rf_loops = sch.get_loops(rf)
+        if run % width:
+            sch.annotate(rf_loops[-2], PARTITION_HINT, 1)  # the loop over vectors: its last one is partial
+        sch.vectorize(rf_loops[-1])
     except Exception:  # a reduction rfactor cannot split (tuple of non-commutative parts...): left scalar
         return False
     return True
@@ -1086,12 +1120,24 @@ def vectorized_row_reduction(func: tirx.PrimFunc) -> bool:
 
 def vector_width(func: tirx.PrimFunc) -> int:
     """Lanes of the widest vectorised loop of ``func`` that runs as a vector: one whose blocks carry no
-    predicate (TVM leaves a predicated vector loop scalar); 0 when there is none (the kernel runs scalar).
-    Profile records carry it (``vector_width``): a row of 33 or 194 runs scalar, one of 18 in 18 lanes."""
+    predicate (TVM leaves a predicated vector loop scalar), or one inside a loop that carries
+    :data:`PARTITION_HINT` (lowering splits the predicated last step off); 0 when there is none (the kernel
+    runs scalar). Profile records carry it (``vector_width``): a convolution row of 33 or 194 runs scalar,
+    one of 18 in 18 lanes."""
     widths = []
+    partitioned = set()
+
+    def visit_partitioned(loop):
+        if PARTITION_HINT in loop.annotations:
+            tvm_ffi.structural_walk(loop.body, (tirx.For, lambda inner: partitioned.add(inner)), order="post")
+
+    tvm_ffi.structural_walk(func.body, (tirx.For, visit_partitioned), order="post")
 
     def visit(loop):
         if loop.kind != tirx.ForKind.VECTORIZED or not isinstance(loop.extent, tirx.IntImm):
+            return
+        if loop in partitioned:
+            widths.append(int(loop.extent.value))
             return
         predicated = []
         tvm_ffi.structural_walk(loop.body, (s_tir.SBlockRealize, lambda r: predicated.append(
@@ -1107,8 +1153,9 @@ class RowReduction(CPUScheduleRule):
     """Kernels of reductions and injective blocks (softmax, layer norm, RMS norm, mean, sums...): each
     block's leading spatial loops fused and run in parallel. A reduction along the rows' innermost axes
     (the last axis; a global average pool's H and W) accumulates ``width`` lanes at a time in vector
-    registers (:func:`_vectorize_row_reduction`: ``rfactor``), then adds the lanes up; other blocks leave
-    their innermost loop to LLVM's vectoriser.
+    registers (:func:`_vectorize_row_reduction`: ``rfactor``; since version 10 rows no width divides too,
+    their last partial vector one element at a time), then adds the lanes up; other blocks leave their
+    innermost loop to LLVM's vectoriser.
 
     LLVM does not vectorise a float sum by itself (it may not reorder the additions): until schedule
     version 4 every row reduction ran one scalar add at a time, 0.5-0.7 ns per element, and the sums,

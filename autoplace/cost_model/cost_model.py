@@ -390,8 +390,8 @@ def _target_of(record, kinds) -> str:
 
 def training_units(records) -> pd.DataFrame:
     """The usable unit records: ``kind="unit"``, ``status="ok"``, positive finite ``median_us``; the
-    last record of each ``(key, target)`` wins; CPU kernels of the current CPU schedules only, where the
-    profile has them (:func:`_current_cpu_schedule`). Adds ``ops_all`` (ops incl. those the kernel name shows).
+    last record of each ``(key, target)`` wins; CPU kernels of the newest CPU schedule version the profile has
+    only (:func:`_current_cpu_schedule`). Adds ``ops_all`` (ops incl. those the kernel name shows).
     """
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if df.empty or "kind" not in df:
@@ -410,19 +410,21 @@ def training_units(records) -> pd.DataFrame:
 
 
 def _current_cpu_schedule(units: pd.DataFrame) -> pd.DataFrame:
-    """Without the CPU kernels of older CPU schedules (``cpu_schedule`` below
-    :data:`autoplace.backend.cpu_schedules.SCHEDULE_VERSION`) when the profile has kernels of the current
-    one: the same shapes, run as the rules now make them, cost differently (a small kernel no longer pays
-    for a second thread). A profile with none of the current version (made before it) is kept whole."""
-    from ..backend.cpu_schedules import SCHEDULE_VERSION
-
+    """Without the CPU kernels of older CPU schedules than the newest the profile has (``cpu_schedule``, see
+    :data:`autoplace.backend.cpu_schedules.SCHEDULE_VERSION`): the same shapes, run as the rules now make them,
+    cost differently (a small kernel no longer pays for a second thread), and a kernel the rules no longer
+    make is not what a build runs. The newest the profile has, not the current one: a profile made before the
+    current version (another machine's, not yet re-run there) keeps the kernels its last run retagged or
+    timed, not every version mixed. A profile with no version at all (made before schedule versions) is kept
+    whole."""
     if "cpu_schedule" not in units:
         return units
     cpu = units["target"] == "llvm"
-    current = pd.to_numeric(units["cpu_schedule"], errors="coerce") == SCHEDULE_VERSION
-    if not (cpu & current).any():
+    version = pd.to_numeric(units["cpu_schedule"], errors="coerce")
+    newest = version[cpu].max()
+    if not np.isfinite(newest):
         return units
-    return units[~cpu | current].reset_index(drop=True)
+    return units[~cpu | (version == newest)].reset_index(drop=True)
 
 
 def record_op_class(record) -> str:

@@ -174,7 +174,6 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
 
     from tqdm import tqdm
 
-    from ..backend.cpu_schedules import SCHEDULE_VERSION
     from .units import extract_units
 
     started = time.monotonic()
@@ -183,9 +182,10 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
         records = store.load().records
     analysed = store.unit_fields()  # None there: analysed, not a data-movement kernel
     kernels = [r for r in records if r.get("kind") == "unit" and r.get("target") == target_kind]
-    if target_kind == "llvm" and any(r.get("cpu_schedule") == SCHEDULE_VERSION for r in kernels):
-        # kernels of older CPU schedules: their keys no longer come out of the build, and training skips them
-        kernels = [r for r in kernels if r.get("cpu_schedule") == SCHEDULE_VERSION]
+    newest = max((r["cpu_schedule"] for r in kernels if isinstance(r.get("cpu_schedule"), int)), default=None)
+    if target_kind == "llvm" and newest is not None:
+        # kernels of older CPU schedules than the profile's newest: training skips them
+        kernels = [r for r in kernels if r.get("cpu_schedule") == newest]
     lacking, models = set(), set()
     for r in kernels:
         if r.get("read_strides") is None and "read_strides" not in analysed.get(r.get("key"), {}):
