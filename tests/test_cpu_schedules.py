@@ -427,11 +427,11 @@ def test_row_reductions_accumulate_in_vector_lanes():
 
 
 def test_rows_no_vector_divides_reduce_in_full_vectors_and_a_scalar_tail():
-    # schedule version 10: a ViT's 197 tokens, a mean over 17x17 (the two loops fused: 289 contiguous), a Swin
-    # window's 49, a max (its init is -inf, not 0): full vectors, the last partial one's elements one at a time
+    # schedule version 10: a ViT's 197 tokens, a mean over 17x17 (the two loops fused: 289 contiguous), a row of
+    # 97, a max (its init is -inf, not 0), a layer norm: full vectors, the last partial one's elements one at a time
     cases = [(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]), (lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 17, 17)]),
-             (lambda x: R.sum(x, axis=[-1]), [(4, 49)]), (lambda x: R.max(x, axis=[-1]), [(5, 197)]),
-             (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(3, 37), (37,), (37,)])]
+             (lambda x: R.sum(x, axis=[-1]), [(4, 97)]), (lambda x: R.max(x, axis=[-1]), [(5, 197)]),
+             (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(3, 101), (101,), (101,)])]
     lanes = cs.vector_bits(TARGET) // 32
     for make, shapes in cases:
         assert _vectorized(make, shapes) == [("RowReduction", True)], shapes
@@ -446,11 +446,62 @@ def test_rows_no_vector_divides_reduce_in_full_vectors_and_a_scalar_tail():
         assert _vectorized(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]) == [("RowReduction", False)]
 
 
+def test_long_rows_no_vector_divides_run_in_full_vectors_and_a_scalar_tail():
+    # schedule version 10: an elementwise row of 197 (attention scores), a max pool's output row of 73 (Inception-v3's
+    # 147x147 stem pool) and an average pool's of 35 with AVX2: full vectors, their loop partitioned by TVM so the
+    # last, partial one runs alone (was a predicated tail TVM left scalar); numbers checked against the unscheduled
+    lanes = cs.vector_bits(TARGET) // 32
+    cases = [(lambda x: R.sigmoid(x), [(2, 3, 197)], "Injective"),
+             (lambda x: R.nn.max_pool2d(x, (3, 3), (2, 2)), [(1, 3, 147, 147)], "Pool"),
+             (lambda x: R.nn.avg_pool2d(x, (3, 3), (1, 1), (1, 1)), [(1, 4, 35, 35)], "Pool")]
+    for make, shapes, rule in cases:
+        check(make, shapes, rules={rule, "Injective"})
+        row = shapes[0][-1] if rule == "Injective" else (shapes[0][-1] - 3) // (2 if shapes[0][-1] == 147 else 1) + 1
+        if row <= 4 * lanes:
+            continue  # one odd-width vector, as before
+        (_, func), = _prim_funcs(make, shapes)
+        scheduled, got = schedule_prim_func(func, TARGET)
+        loops = []
+        tvm_ffi.structural_walk(scheduled.body, (tvm.tirx.For, loops.append), order="post")
+        assert got == rule and cs.vector_width(scheduled) == lanes, (shapes, got)
+        assert any(cs.PARTITION_HINT in loop.annotations for loop in loops), shapes
+    with mock.patch.object(cs, "ODD_ROW_PARTITION", False):  # version 9: scalar
+        (_, func), = _prim_funcs(lambda x: R.sigmoid(x), [(2, 3, 197)])
+        assert cs.vector_width(schedule_prim_func(func, TARGET)[0]) == 0
+
+
+def _rf_rows_in_parallel(make, shapes) -> bool:
+    """Whether the partial results of the one kernel's vectorised row reduction (its ``_rf`` block) are computed
+    under a parallel loop."""
+    (_, func), = _prim_funcs(make, shapes)
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    found = []
+
+    def visit(loop):
+        if loop.kind == tvm.tirx.ForKind.PARALLEL:
+            tvm_ffi.structural_walk(loop.body, (tvm.s_tir.SBlock, lambda b: found.append(str(b.name_hint))),
+                                    order="post")
+
+    tvm_ffi.structural_walk(scheduled.body, (tvm.tirx.For, visit), order="post")
+    return any(name.endswith("_rf") for name in found)
+
+
+def test_partial_results_of_a_large_row_reduction_run_in_parallel():
+    # schedule version 10: the rfactor block does nearly all the work (until 9 its rows ran on one thread); a
+    # vector step counts as RF_VECTOR_STEP_WORK loop iterations against the threshold
+    check(lambda x: R.max(x, axis=[-1]), [(2364, 197)])
+    assert _rf_rows_in_parallel(lambda x: R.max(x, axis=[-1]), [(2364, 197)])
+    assert _rf_rows_in_parallel(lambda x: R.sum(x, axis=[-1]), [(1024, 256)])
+    assert not _rf_rows_in_parallel(lambda x: R.sum(x, axis=[-1]), [(16, 256)])  # 4096 elements: one thread
+    with mock.patch.object(cs, "PARALLEL_RF_ROWS", False):
+        assert not _rf_rows_in_parallel(lambda x: R.sum(x, axis=[-1]), [(1024, 256)])
+
+
 @pytest.mark.parametrize("extents,width,fused", [([197], 8, 1), ([17, 17], 8, 2), ([49], 8, 1), ([1500], 16, 1),
-                                                 ([3, 5], 0, 1), ([12], 0, 1), ([4, 7, 7], 8, 2)])
+                                                 ([3, 5], 0, 1), ([30], 0, 1), ([4, 7, 7], 8, 2)])
 def test_odd_row_reduction_width(extents, width, fused):
     # 8 float lanes, 2 accumulators: the last two loops fused where there are two; two vectors from 32 steps of
-    # them (1500), none under two vectors
+    # them (1500), none under four vectors (a row of 30)
     assert cs.odd_row_reduction_width(extents, 8, 2) == (width, fused)
 
 
@@ -465,8 +516,8 @@ def test_vector_width_says_which_kernels_run_scalar():
         scheduled, rule = schedule_prim_func(func, TARGET)
         widths[shape[-1] + pad] = (rule, cs.vector_width(scheduled))
     lanes = cs.vector_bits(TARGET) // 32
-    assert widths == {64: ("Injective", lanes), 33: ("Injective", 33 if 33 <= 4 * lanes else 0),
-                      18: ("Injective", 18)}
+    assert widths == {64: ("Injective", lanes), 33: ("Injective", 33 if 33 <= 4 * lanes else lanes),
+                      18: ("Injective", 18)}  # 33 with AVX2: 4 full vectors, the last partial one scalar
     # a convolution's rows of 17 (its columns cannot be padded) in one odd-width vector, not a scalar tail
     (_, func), = _prim_funcs(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 17, 17), (8, 8, 3, 3)])
     scheduled, rule = schedule_prim_func(func, TARGET)

@@ -84,8 +84,18 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    were one odd-width vector a row, 4-29x slower) and ``adaptive_avg_pool2d`` to 1x1 as a mean (was a scalar
 #:    loop, up to 7x slower): both legalized differently, so those kernels have new keys and are timed as new.
 #: 10: row reductions of rows no vector width divides (a 197-key softmax, a mean over 17x17) accumulated in full
-#:    vectors, the last partial one scalar (:data:`ODD_ROW_REDUCTION`; were one scalar add at a time).
+#:    vectors, the last partial one scalar (:data:`ODD_ROW_REDUCTION`; were one scalar add at a time); elementwise
+#:    and pool rows longer than four vectors that no width divides (197, 73) in full vectors and a scalar tail
+#:    (:data:`ODD_ROW_PARTITION`; were scalar).
 SCHEDULE_VERSION = 10
+#: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
+#: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
+#: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
+PARTITION_HINT = "pragma_loop_partition_hint"
+#: Elementwise and pool rows longer than four vectors that no vector width divides (a 197-wide attention row, a
+#: 73-wide pooled map): full vectors and the partial last one scalar (:data:`PARTITION_HINT`), the loop over
+#: vectors left out of the parallel loop it would be fused into; False: a predicated tail, scalar (version 9).
+ODD_ROW_PARTITION = True
 #: Rules whose kernels get their strided vector loads rewritten (:mod:`~autoplace.backend.strided_loads`).
 STRIDED_LOAD_RULES = ("Contraction", "Pool")
 
@@ -501,7 +511,8 @@ def _lanes(extent: int, max_lanes: int) -> int:
     """Vector lanes for a loop: the widest power-of-two width (>= 4) that divides it; else the whole
     loop when it is at most four registers long (LLVM splits an odd-width vector into registers); else
     the widest divisor up to a register (10 for 250); else the full width with a predicated tail,
-    which TVM does not vectorise (its loop stays scalar)."""
+    which TVM does not vectorise (its loop stays scalar) unless the loop over vectors carries
+    :data:`PARTITION_HINT` (:data:`ODD_ROW_PARTITION`: full vectors, then the last partial one scalar)."""
     lanes = max_lanes
     while lanes >= 4:
         if extent % lanes == 0:
@@ -655,7 +666,10 @@ def _schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
     if width >= 2 and ext >= 2:
         if ext > width:
             io, ii = sch.split(inner, factors=[None, width])
-            outer.append(io)
+            if ext % width and ODD_ROW_PARTITION:  # full vectors, then the partial one (not fused: partitioned)
+                sch.annotate(io, PARTITION_HINT, 1)
+            else:
+                outer.append(io)
             inner = ii
         sch.vectorize(inner)
     else:
@@ -991,6 +1005,8 @@ class Pool(CPUScheduleRule):
         if width < 2:
             return None
         w_o, w_i = sch.split(w, factors=[None, width])
+        if extents[n_spatial - 1] % width and ODD_ROW_PARTITION:  # the row's last vector partial
+            sch.annotate(w_o, PARTITION_HINT, 1)
         # The window outside the vector: each tap one (strided) vector load; the init runs at the first tap.
         sch.reorder(fused, w_o, *window, w_i)
         sch.vectorize(w_i)
@@ -1013,9 +1029,6 @@ ROW_STEPS_PER_EXTRA_VECTOR = 32
 #: the last partial vector's elements one at a time (:func:`odd_row_reduction_width`; TVM's ``LoopPartition``
 #: splits that last step off the vector loop); False: such rows are added one scalar at a time (version 9).
 ODD_ROW_REDUCTION = True
-#: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
-#: only annotated loops in the default pipeline).
-PARTITION_HINT = "pragma_loop_partition_hint"
 
 
 def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None = None) -> int:
@@ -1039,15 +1052,29 @@ def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None
     return 0
 
 
+#: Run the rows of a vectorised row reduction's partial results (the ``rfactor`` block, its own loop nest) in
+#: parallel like the rows that add them up, where the work is worth two threads (schedule version 10; until 9
+#: that loop nest, which does nearly all the work, ran on one thread).
+PARALLEL_RF_ROWS = True
+#: Vectors a row no width divides needs before :data:`ODD_ROW_REDUCTION` applies: on the Zen 4 (16 lanes) a
+#: 12x50x50 softmax (3 vectors and 2 elements a row) ran 1.1x slower in vectors than in scalar adds, a 192x49x49
+#: one 1.05x faster; rows of 197 (12 vectors) 1.9x faster.
+ODD_ROW_MIN_VECTORS = 4
+#: What one vector step of those partial results counts as against ``PARALLEL_MIN_WORK["reduction"]`` (loop
+#: iterations of a scalar row reduction): on the Zen 4 a 12x50x50 softmax's (1.9K vector steps a block) ran 1.3x
+#: slower on two threads, a 2364x197 max (29K) 3.2x faster, a 197x768 layer norm (9.5K) 1.2x faster.
+RF_VECTOR_STEP_WORK = 2
+
+
 def odd_row_reduction_width(extents: list[int], lanes: int, accumulators: int) -> tuple[int, int]:
     """``(lanes, loops fused)`` to accumulate a row reduction whose reduced loops have ``extents`` (innermost
     last) in full vectors when no vector width divides its rows (:func:`row_reduction_width` found none): the
     last two loops fused where there are two (a 17x17 mean: 289 contiguous elements, one partial vector, not
     17), else the innermost; more than one vector only as :func:`row_reduction_width` allows; ``(0, 1)`` when
-    the run is shorter than two vectors (it stays scalar)."""
+    the run is shorter than :data:`ODD_ROW_MIN_VECTORS` vectors (it stays scalar)."""
     fused = 2 if len(extents) >= 2 else 1
     run = extents[-1] * (extents[-2] if fused == 2 else 1)
-    if run < 2 * lanes:
+    if run < ODD_ROW_MIN_VECTORS * lanes:
         return 0, 1
     width = lanes * max(1, accumulators)
     while width > lanes and run < ROW_STEPS_PER_EXTRA_VECTOR * width:
@@ -1105,6 +1132,11 @@ def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulator
         if run % width:
             sch.annotate(rf_loops[-2], PARTITION_HINT, 1)  # the loop over vectors: its last one is partial
         sch.vectorize(rf_loops[-1])
+        if PARALLEL_RF_ROWS:  # the rows of partial results (their own loop nest) in parallel too
+            work = 1
+            for loop in rf_loops:
+                work *= _extent(sch, loop) or 1
+            _parallel_outer(sch, rf_loops[:n_lead], work // width * RF_VECTOR_STEP_WORK, "reduction")
     except Exception:  # a reduction rfactor cannot split (tuple of non-commutative parts...): left scalar
         return False
     return True
@@ -1249,6 +1281,21 @@ def lowers(func: tirx.PrimFunc, target: Target) -> bool:
     return True
 
 
+def _has_partition_hint(func: tirx.PrimFunc) -> bool:
+    hinted = []
+    tvm_ffi.structural_walk(func.body, (tirx.For, lambda loop: hinted.append(PARTITION_HINT in loop.annotations)),
+                            order="post")
+    return any(hinted)
+
+
+def _narrow_to_int32(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with 32-bit loop and buffer indices (``ForceNarrowIndexToInt32``, as dlight does for GPU
+    kernels). A Relax kernel's are 64-bit, and TVM's ``NarrowDataType`` narrows the loops during lowering
+    but not the loop an annotation (:data:`PARTITION_HINT`) names, so ``LoopPartition`` would not split it: a
+    max over rows of 197 stayed scalar (197 us, 35 us narrowed first)."""
+    return tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
+
+
 def runs_in_parallel(func: tirx.PrimFunc) -> bool:
     """Whether ``func`` has a parallel loop (runs on TVM's thread pool): what :data:`PARALLEL_MIN_WORK`
     decided for a scheduled kernel. Profile records carry it (``parallel``) for the cost model."""
@@ -1272,6 +1319,8 @@ def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple
         if isinstance(sch, (list, tuple)):
             sch = sch[0]
         out = sch.mod["main"]
+        if _has_partition_hint(out):
+            out = _narrow_to_int32(out)
         if not lowers(out, target):
             continue
         name = type(rule).__name__
