@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, te
 
 from autoplace.backend import cpu_schedules as cs
 from autoplace.backend.cpu_schedules import RULE_ATTR, cpu_legalize_map, cpu_target, schedule_prim_func
@@ -468,6 +468,21 @@ def test_long_rows_no_vector_divides_run_in_full_vectors_and_a_scalar_tail():
     with mock.patch.object(cs, "ODD_ROW_PARTITION", False):  # version 9: scalar
         (_, func), = _prim_funcs(lambda x: R.sigmoid(x), [(2, 3, 197)])
         assert cs.vector_width(schedule_prim_func(func, TARGET)[0]) == 0
+
+
+def test_a_kernel_of_64_bit_integers_on_odd_rows_is_scheduled_unnarrowed():
+    # TVM will not narrow the indices of a kernel with int64 data (token ids): its row of 149 keeps a predicated
+    # tail, and the kernel still schedules and computes (it raised in the first version 10)
+    x = te.placeholder((149,), "int64", name="x")
+    func = te.create_prim_func([x, te.compute((1, 1, 149, 1), lambda a, b, i, c: x[i] + 1, name="expand_dims")])
+    scheduled, rule = schedule_prim_func(func, TARGET)
+    assert rule == "Injective"
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}), target=TARGET,
+                         pipeline=TIR_PIPELINE)
+    data = np.arange(149, dtype="int64")
+    out = tvm.runtime.tensor(np.zeros((1, 1, 149, 1), "int64"))
+    lib["main"](tvm.runtime.tensor(data), out)
+    np.testing.assert_array_equal(out.numpy().reshape(-1), data + 1)
 
 
 def _rf_rows_in_parallel(make, shapes) -> bool:

@@ -1292,8 +1292,12 @@ def _narrow_to_int32(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with 32-bit loop and buffer indices (``ForceNarrowIndexToInt32``, as dlight does for GPU
     kernels). A Relax kernel's are 64-bit, and TVM's ``NarrowDataType`` narrows the loops during lowering
     but not the loop an annotation (:data:`PARTITION_HINT`) names, so ``LoopPartition`` would not split it: a
-    max over rows of 197 stayed scalar (197 us, 35 us narrowed first)."""
-    return tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
+    max over rows of 197 stayed scalar (197 us, 35 us narrowed first). A kernel TVM refuses to narrow (one with
+    64-bit integer data: token ids) is kept as it is, its hinted loop a predicated tail as before version 10."""
+    try:
+        return tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
+    except Exception:  # TVM raises InternalError for int64 buffers
+        return func
 
 
 def runs_in_parallel(func: tirx.PrimFunc) -> bool:
