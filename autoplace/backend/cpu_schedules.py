@@ -1062,7 +1062,8 @@ PARALLEL_RF_ROWS = True
 ODD_ROW_MIN_VECTORS = 4
 #: What one vector step of those partial results counts as against ``PARALLEL_MIN_WORK["reduction"]`` (loop
 #: iterations of a scalar row reduction): on the Zen 4 a 12x50x50 softmax's (1.9K vector steps a block) ran 1.3x
-#: slower on two threads, a 2364x197 max (29K) 3.2x faster, a 197x768 layer norm (9.5K) 1.2x faster.
+#: slower on two threads, a 2364x197 max (29K) 3.2x faster, a 197x768 layer norm (9.5K) 0.97-1.2x as fast
+#: (within the noise of three runs).
 RF_VECTOR_STEP_WORK = 2
 
 
