@@ -43,3 +43,21 @@ def time_interleaved(built: dict, rounds: int, sample_s: float = 1e-3) -> dict:
             timer = lib.time_evaluator("main", tvm.cpu(), number=numbers[tir_hash], repeat=5)
             times[tir_hash].append(float(np.median(timer(*targs).results)) * 1e6)
     return times
+
+
+def time_runners_interleaved(runners: dict, inputs, rounds: int, sample_us: float = 20_000.0) -> dict:
+    """Whole builds side by side: every runner's outputs checked against the first's (within 1e-3), then
+    ``{name: [median us of each round]}``, the runners (``autoplace`` :class:`~autoplace.place.Runner`) timed in
+    turn each round, each sample about ``sample_us`` of calls."""
+    first, *rest = runners.values()
+    expected = first(*inputs)
+    for runner in rest:
+        got = runner(*inputs)
+        for x, y in zip(expected if isinstance(expected, tuple) else (expected,), got if isinstance(got, tuple) else (got,)):
+            np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-3)
+    number = max(1, int(sample_us / max(1.0, float(np.median(first.time_us(inputs, repeat=3))))))
+    times = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            times[name].append(float(np.median(runner.time_us(inputs, number=number, repeat=5))))
+    return times

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 from conv_rows import torch_median_us
+from kernel_timing import time_runners_interleaved
 from results_folder import write_csv
 
 #: ``(name, op, input shape, reduced axes)``: attention softmaxes of a ViT-B/16 (197 tokens), a ViT-B/32 (50) and a
@@ -161,14 +162,7 @@ def time_models(specs, rounds: int) -> list:
         inputs = model.random_inputs()
         runners = {v: with_version(v, lambda m=model: autoplace.place(m, None, None, {"cpu": "llvm"}).runner)
                    for v in (9, 10)}
-        a, b = runners[9](*inputs), runners[10](*inputs)
-        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
-            np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-3)
-        number = max(1, int(20_000 / max(1.0, float(np.median(runners[9].time_us(inputs, repeat=3))))))
-        times = {v: [] for v in runners}
-        for _ in range(rounds):
-            for v, runner in runners.items():
-                times[v].append(float(np.median(runner.time_us(inputs, number=number, repeat=5))))
+        times = time_runners_interleaved(runners, inputs, rounds)
         row = dict(model=spec, v9_median_us=float(np.median(times[9])), v9_min_us=float(np.min(times[9])),
                    v10_median_us=float(np.median(times[10])), v10_min_us=float(np.min(times[10])))
         row["ratio_of_medians"] = row["v10_median_us"] / row["v9_median_us"]

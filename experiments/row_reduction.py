@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 import pandas as pd
-from kernel_timing import build_kernels, time_interleaved
+from kernel_timing import build_kernels, time_interleaved, time_runners_interleaved
 from results_folder import results_folder
 
 DEFAULT_MODELS = ("bert", "gpt2", "llama", "vit", "convnext", "inception", "resnet", "whisper-encoder",
@@ -73,14 +73,7 @@ def end_to_end(specs, rounds: int) -> pd.DataFrame:
                 runners[accumulators] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
             finally:
                 cpu_schedules.RowReduction.ACCUMULATORS = shipped
-        a, b = runners[0](*inputs), runners[shipped](*inputs)
-        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
-            np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-3)
-        number = max(1, int(20_000 / max(1.0, float(np.median(runners[0].time_us(inputs, repeat=3))))))
-        times = {n: [] for n in runners}
-        for _ in range(rounds):
-            for n, runner in runners.items():
-                times[n].append(float(np.median(runner.time_us(inputs, number=number, repeat=5))))
+        times = time_runners_interleaved(runners, inputs, rounds)
         row = dict(model=spec, scalar_median_us=float(np.median(times[0])), scalar_min_us=float(np.min(times[0])),
                    lanes_median_us=float(np.median(times[shipped])), lanes_min_us=float(np.min(times[shipped])))
         row["ratio_of_medians"] = row["lanes_median_us"] / row["scalar_median_us"]
