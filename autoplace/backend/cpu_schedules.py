@@ -524,6 +524,15 @@ def _lanes(extent: int, max_lanes: int) -> int:
     return widest if widest >= 4 else max_lanes
 
 
+def _partition_partial_vector(sch: s_tir.Schedule, vectors, extent: int, width: int) -> bool:
+    """Mark ``vectors``, the loop over ``width``-lane vectors of a row of ``extent``, with :data:`PARTITION_HINT`
+    when its last vector is partial (:data:`ODD_ROW_PARTITION`); whether it did."""
+    if not extent % width or not ODD_ROW_PARTITION:
+        return False
+    sch.annotate(vectors, PARTITION_HINT, 1)
+    return True
+
+
 def _vectorize_inner(sch: s_tir.Schedule, loop, lanes: int) -> None:
     """Vectorise ``loop`` (splitting it to ``lanes`` first when longer); length-1 loops are left alone."""
     ext = _extent(sch, loop)
@@ -666,9 +675,7 @@ def _schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
     if width >= 2 and ext >= 2:
         if ext > width:
             io, ii = sch.split(inner, factors=[None, width])
-            if ext % width and ODD_ROW_PARTITION:  # full vectors, then the partial one (not fused: partitioned)
-                sch.annotate(io, PARTITION_HINT, 1)
-            else:
+            if not _partition_partial_vector(sch, io, ext, width):  # a partitioned loop is not fused
                 outer.append(io)
             inner = ii
         sch.vectorize(inner)
@@ -1005,8 +1012,7 @@ class Pool(CPUScheduleRule):
         if width < 2:
             return None
         w_o, w_i = sch.split(w, factors=[None, width])
-        if extents[n_spatial - 1] % width and ODD_ROW_PARTITION:  # the row's last vector partial
-            sch.annotate(w_o, PARTITION_HINT, 1)
+        _partition_partial_vector(sch, w_o, extents[n_spatial - 1], width)
         # The window outside the vector: each tap one (strided) vector load; the init runs at the first tap.
         sch.reorder(fused, w_o, *window, w_i)
         sch.vectorize(w_i)
