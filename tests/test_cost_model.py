@@ -32,6 +32,7 @@ from autoplace.cost_model import (
 )
 from autoplace.cost_model.evaluate import family, leave_one_family_out, summarize
 from autoplace.cost_model.features import ops_from_func_name, work
+from autoplace.cost_model.stream_floor import stream_ceiling_us, streams_simply
 from autoplace.cost_model.table import MIN_OVERHEAD_RUNS
 from autoplace.profile import ForeignProfileWarning
 
@@ -382,6 +383,42 @@ def test_streaming_kernels_past_the_l2_are_priced_no_faster_than_measured_bandwi
     del data["state"]["stream_floor"]
     assert XGBCostModel.from_dict(data).stream_floor_ == {}
 
+
+
+def test_kernels_that_only_stream_past_the_l2_are_priced_no_slower_than_their_neighbours_streamed():
+    # Single adds past a 1 MB L2 stream at 50 GB/s; the only three-op chains trained on are small ones at
+    # 2 GB/s and exp kernels past the L2 at 5 GB/s, so the trees price a large chain far too slowly.
+    l2 = 1 << 20
+    rows = []
+    for i, elems in enumerate(np.geomspace(1 << 10, 1 << 22, 25).astype(int)):
+        shapes = [[int(elems)]] * 3
+        nbytes = 12 * int(elems)
+        rows.append(dict(_unit(f"llvm-a{i}", f"add{i}", ["relax.add"], shapes,
+                               nbytes / (200e3 if nbytes <= l2 else 50e3)), l2_bytes=l2))
+        if nbytes <= l2:
+            rows.append(dict(_unit(f"llvm-c{i}", f"chain{i}", ["relax.add", "relax.add", "relax.subtract"],
+                                   [[int(elems)]] * 4, 16 * int(elems) / 2e3, flops=3 * int(elems)), l2_bytes=l2))
+        else:
+            rows.append(dict(_unit(f"llvm-e{i}", f"exp{i}", ["relax.exp", "relax.exp", "relax.exp"],
+                                   [[int(elems)]] * 2, 8 * int(elems) / 5e3, flops=3 * int(elems)), l2_bytes=l2))
+    records = pd.DataFrame(rows)
+    bounded = XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)
+    free = XGBCostModel(**FAST, stream_floor=False).fit(records, hardware_id=HW, tvm_version=TVM)
+    chain = _unit("llvm-chain", "user", ["relax.add", "relax.add", "relax.subtract"], [[1 << 20]] * 4, None,
+                  flops=3 << 20)
+    nbytes = chain["bytes_in"] + chain["bytes_out"]  # 16 MB, past the L2, single adds of 6-24 MB near it
+    assert free.predict([chain])[0] > 2 * nbytes / 50e3  # the trees alone: slower than any add near it
+    assert bounded.predict([chain])[0] == pytest.approx(nbytes / 50e3, rel=1e-3)
+    # A transcendental kernel, one within the L2 and one past every streaming-only kernel: no ceiling.
+    exp = _unit("llvm-exp", "user", ["relax.exp", "relax.exp", "relax.exp"], [[1 << 20]] * 2, None, flops=3 << 20)
+    small = _unit("llvm-small", "user", ["relax.add", "relax.add", "relax.subtract"], [[4096]] * 4, None)
+    huge = _unit("llvm-huge", "user", ["relax.add", "relax.add", "relax.subtract"], [[1 << 25]] * 4, None)
+    for unit in (exp, small, huge):
+        assert bounded.predict([unit])[0] == pytest.approx(free.predict([unit])[0], rel=1e-6)
+    assert not streams_simply(exp) and streams_simply(chain)
+    # A model saved before the ceiling (its table has no simple_* lists) prices as the trees and floor did.
+    old = {k: {n: v for n, v in e.items() if not n.startswith("simple")} for k, e in bounded.stream_floor_.items()}
+    assert stream_ceiling_us(old, [chain], ["llvm"])[0] == 0.0
 
 # -- lookup-first costs ----------------------------------------------------------------------------
 def test_cost_table_measured_first_then_predicted(model, records):

@@ -15,6 +15,14 @@ the fastest bandwidth of any of them at least as large (an upper envelope, non-i
 the first training size not below its own. A kernel larger than every training one, one within the L2 (where
 launch overheads make bandwidth no simple function of size), and profiles whose records do not carry the L2
 they were timed with (``l2_bytes``; CUDA records, profiles made before session 15) get no floor.
+
+The other side, for kernels that only stream (:func:`streams_simply`: no transcendental evaluation, no libm call,
+an add or a multiply per element is free beside its bytes): no such kernel past the L2 is priced slower than its
+bytes over the slowest bandwidth the training's streaming-only kernels of a size near its own (within a factor
+:data:`CEILING_SPAN`, at least one of them no smaller) ran at. The trees priced seed003-base's kernel (three
+ops over three 4 MB inputs) on the AMD Zen 4 at 134-146 us against 100 measured (+34%, 115 GB/s), its op
+count and FLOPs per byte nearer the transcendental kernels' than the residual adds' (9-23 MB at 150-166 GB/s)
+that bound it now. Models saved before session 36 carry no ceiling (:func:`stream_ceiling_us` gives 0).
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .features import _get, op_class, short_name, unit_ops
+from .features import LIBM_CALLS, TRANSCENDENTALS, _get, op_class, short_name, unit_ops
 
 #: Ops that move no data of their own inside a fused kernel (views of an operand).
 VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze", "flatten"})
 #: Op classes of kernels that read every operand once and do a few operations per element.
 STREAMING_OP_CLASSES = frozenset({"elementwise", "transcendental", "cast"})
+#: Training kernels priced against a streaming-only kernel: those within this factor of its bytes.
+CEILING_SPAN = 2.0
 
 
 def streams_every_byte(record: Mapping) -> bool:
@@ -38,6 +48,19 @@ def streams_every_byte(record: Mapping) -> bool:
     each operand whole, once (a gather, slice or reduction reads some other amount)."""
     ops = unit_ops(record)
     return bool(ops) and all(op_class(op) in STREAMING_OP_CLASSES or short_name(op) in VIEW_OPS for op in ops)
+
+
+def streams_simply(record: Mapping) -> bool:
+    """Whether the unit streams its operands (:func:`streams_every_byte`) evaluating nothing transcendental:
+    every op elementwise, a cast, a view or one :data:`~autoplace.cost_model.features.TRANSCENDENTALS` counts
+    no evaluation of (``power``: a square), none a libm call."""
+    if not streams_every_byte(record):
+        return False
+    for op in unit_ops(record):
+        name = short_name(op)
+        if op_class(op) == "transcendental" and (TRANSCENDENTALS.get(name, 1.0) or LIBM_CALLS.get(name, 0.0)):
+            return False
+    return True
 
 
 def _bytes(record: Mapping) -> float:
@@ -58,7 +81,9 @@ def fit_stream_floor(units: pd.DataFrame) -> dict:
     Returns
     -------
     dict
-        ``{target kind: {"l2_bytes": int, "bytes": [ascending], "gb_s": [envelope at each]}}``; a target
+        ``{target kind: {"l2_bytes": int, "bytes": [ascending], "gb_s": [envelope at each],
+        "simple_bytes": [ascending], "simple_gb_s": [bandwidth of each]}}`` (the ``simple_*`` lists: every
+        streaming-only kernel past the L2, :func:`streams_simply`, for :func:`stream_ceiling_us`); a target
         whose records carry no ``l2_bytes`` or have no streaming kernel past it is left out.
     """
     table = {}
@@ -75,6 +100,13 @@ def fit_stream_floor(units: pd.DataFrame) -> dict:
         nbytes = np.array([b for b, _ in rows])
         envelope = np.maximum.accumulate(np.array([g for _, g in rows])[::-1])[::-1]
         table[target] = {"l2_bytes": int(l2), "bytes": nbytes.tolist(), "gb_s": envelope.tolist()}
+        simple = sorted(
+            (_bytes(r), _bytes(r) / float(r["median_us"]) / 1e3)
+            for _, r in group.iterrows()
+            if streams_simply(r) and _bytes(r) > l2 and float(r["median_us"]) > 0
+        )
+        table[target]["simple_bytes"] = [b for b, _ in simple]
+        table[target]["simple_gb_s"] = [g for _, g in simple]
     return table
 
 
@@ -91,4 +123,23 @@ def stream_floor_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
         at = int(np.searchsorted(entry["bytes"], nbytes))
         if at < len(entry["bytes"]):
             out[i] = nbytes / (entry["gb_s"][at] * 1e3)
+    return out
+
+
+def stream_ceiling_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
+    """Each streaming-only unit's most latency in microseconds past the L2 (0 where none): its bytes over the
+    least bandwidth of the training's streaming-only kernels within :data:`CEILING_SPAN` of its size, when at
+    least one of those is no smaller than it (a kernel past every one of them may stream slower still)."""
+    out = np.zeros(len(recs))
+    for i, (rec, target) in enumerate(zip(recs, targets)):
+        entry = table.get(str(target)) if table else None
+        if not entry or not entry.get("simple_bytes"):
+            continue
+        nbytes = _bytes(rec)
+        if not (np.isfinite(nbytes) and nbytes > entry["l2_bytes"]) or not streams_simply(rec):
+            continue
+        sizes, gb_s = np.asarray(entry["simple_bytes"]), np.asarray(entry["simple_gb_s"])
+        near = (sizes >= nbytes / CEILING_SPAN) & (sizes <= nbytes * CEILING_SPAN)
+        if near.any() and sizes[near].max() >= nbytes:
+            out[i] = nbytes / (gb_s[near].min() * 1e3)
     return out

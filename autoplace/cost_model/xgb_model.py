@@ -17,7 +17,7 @@ import pandas as pd
 from .cost_model import CostModel
 from .features import feature_names, record_features, unit_ops
 from .features import work as _work
-from .stream_floor import fit_stream_floor, stream_floor_us
+from .stream_floor import fit_stream_floor, stream_ceiling_us, stream_floor_us
 
 #: Features whose growth can only slow a kernel down (per unit of work), with ``monotone=True``.
 MONOTONE = {"mem_l1_over": 1, "mem_l2_over": 1, "mem_level": 1}
@@ -62,7 +62,9 @@ class XGBCostModel(CostModel):
         Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
     stream_floor : bool
         Price a kernel that streams its operands past the L2 at no less than its bytes over the fastest
-        bandwidth a training kernel at least as large streamed at (:mod:`autoplace.cost_model.stream_floor`).
+        bandwidth a training kernel at least as large streamed at, and one that only streams (no transcendental)
+        at no more than its bytes over the slowest bandwidth of training kernels near its size that only
+        stream (:mod:`autoplace.cost_model.stream_floor`).
     random_state : int
         Seed of the row/column sampling.
     n_jobs : int
@@ -211,7 +213,10 @@ class XGBCostModel(CostModel):
         x = self._matrix(recs, targets)
         dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
         log_us = self.booster_.predict(dmat, output_margin=True).astype(float)
-        floor_us = stream_floor_us(getattr(self, "stream_floor_", {}), recs, targets)
+        table = getattr(self, "stream_floor_", {})
+        ceiling_us = stream_ceiling_us(table, recs, targets)
+        log_us = np.where(ceiling_us > 0, np.minimum(log_us, np.log(np.maximum(ceiling_us, 1e-12))), log_us)
+        floor_us = stream_floor_us(table, recs, targets)
         return np.where(floor_us > 0, np.maximum(log_us, np.log(np.maximum(floor_us, 1e-12))), log_us)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
