@@ -20,9 +20,9 @@ The other side, for kernels that only stream (:func:`streams_simply`: no transce
 an add or a multiply per element is free beside its bytes): no such kernel past the L2 is priced slower than its
 bytes over the slowest bandwidth the training's streaming-only kernels of a size near its own (within a factor
 :data:`CEILING_SPAN`, at least one of them no smaller) ran at. The trees priced seed003-base's kernel (three
-ops over three 4 MB inputs) on the AMD Zen 4 at 134-146 us against 100 measured (+34%, 115 GB/s), its op
-count and FLOPs per byte nearer the transcendental kernels' than the residual adds' (9-23 MB at 150-166 GB/s)
-that bound it now. Models saved before session 36 carry no ceiling (:func:`stream_ceiling_us` gives 0).
+ops over three 4 MB inputs) on the AMD Zen 4 at 134 us against 100 measured (+34%, 125 GB/s), its op
+count and FLOPs per byte nearer the transcendental kernels' than those of the adds and squares (9-23 MB at
+150-170 GB/s) that bound it now. Models saved before session 36 carry no ceiling (:func:`stream_ceiling_us` gives 0).
 """
 
 from __future__ import annotations
@@ -43,24 +43,31 @@ STREAMING_OP_CLASSES = frozenset({"elementwise", "transcendental", "cast"})
 CEILING_SPAN = 2.0
 
 
+def _streaming(record: Mapping) -> tuple[bool, bool]:
+    """``(streams_every_byte, streams_simply)`` of a unit, from one pass over its ops."""
+    ops = unit_ops(record)
+    every = bool(ops) and all(
+        op_class(op) in STREAMING_OP_CLASSES or short_name(op) in VIEW_OPS for op in ops
+    )
+    simply = every and not any(
+        op_class(op) == "transcendental"
+        and (TRANSCENDENTALS.get(short_name(op), 1.0) or LIBM_CALLS.get(short_name(op), 0.0))
+        for op in ops
+    )
+    return every, simply
+
+
 def streams_every_byte(record: Mapping) -> bool:
     """Whether every op the unit fuses is elementwise, transcendental, a cast or a view: its kernel reads
     each operand whole, once (a gather, slice or reduction reads some other amount)."""
-    ops = unit_ops(record)
-    return bool(ops) and all(op_class(op) in STREAMING_OP_CLASSES or short_name(op) in VIEW_OPS for op in ops)
+    return _streaming(record)[0]
 
 
 def streams_simply(record: Mapping) -> bool:
     """Whether the unit streams its operands (:func:`streams_every_byte`) evaluating nothing transcendental:
     every op elementwise, a cast, a view or one :data:`~autoplace.cost_model.features.TRANSCENDENTALS` counts
     no evaluation of (``power``: a square), none a libm call."""
-    if not streams_every_byte(record):
-        return False
-    for op in unit_ops(record):
-        name = short_name(op)
-        if op_class(op) == "transcendental" and (TRANSCENDENTALS.get(name, 1.0) or LIBM_CALLS.get(name, 0.0)):
-            return False
-    return True
+    return _streaming(record)[1]
 
 
 def _bytes(record: Mapping) -> float:
@@ -93,53 +100,60 @@ def fit_stream_floor(units: pd.DataFrame) -> dict:
         l2 = pd.to_numeric(group["l2_bytes"], errors="coerce").max()
         if not np.isfinite(l2) or l2 <= 0:
             continue
-        rows = [(_bytes(r), float(r["median_us"])) for _, r in group.iterrows() if streams_every_byte(r)]
-        rows = sorted((b, b / us / 1e3) for b, us in rows if np.isfinite(b) and b > l2 and us > 0)
+        rows = []  # (bytes, GB/s, streams simply) of every streaming kernel past the L2
+        for _, r in group.iterrows():
+            every, simply = _streaming(r)
+            nbytes, us = _bytes(r), float(r["median_us"])
+            if every and np.isfinite(nbytes) and nbytes > l2 and us > 0:
+                rows.append((nbytes, nbytes / us / 1e3, simply))
         if not rows:
             continue
-        nbytes = np.array([b for b, _ in rows])
-        envelope = np.maximum.accumulate(np.array([g for _, g in rows])[::-1])[::-1]
-        table[target] = {"l2_bytes": int(l2), "bytes": nbytes.tolist(), "gb_s": envelope.tolist()}
-        simple = sorted(
-            (_bytes(r), _bytes(r) / float(r["median_us"]) / 1e3)
-            for _, r in group.iterrows()
-            if streams_simply(r) and _bytes(r) > l2 and float(r["median_us"]) > 0
-        )
-        table[target]["simple_bytes"] = [b for b, _ in simple]
-        table[target]["simple_gb_s"] = [g for _, g in simple]
+        rows.sort()
+        envelope = np.maximum.accumulate(np.array([g for _, g, _ in rows])[::-1])[::-1]
+        table[target] = {
+            "l2_bytes": int(l2),
+            "bytes": [b for b, _, _ in rows],
+            "gb_s": envelope.tolist(),
+            "simple_bytes": [b for b, _, simply in rows if simply],
+            "simple_gb_s": [g for _, g, simply in rows if simply],
+        }
     return table
 
 
-def stream_floor_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
-    """Each unit's least latency in microseconds by :func:`fit_stream_floor`'s envelope (0 where none)."""
-    out = np.zeros(len(recs))
+def stream_bounds_us(table: dict, recs: list, targets: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit's least and most latency in microseconds by :func:`fit_stream_floor`'s table (0 where none).
+
+    Least: a streaming kernel past the L2, its bytes over the envelope at the first training size not below its
+    own. Most: a streaming-only one (:func:`streams_simply`) past the L2, its bytes over the least bandwidth of the
+    training's streaming-only kernels within :data:`CEILING_SPAN` of its size, when at least one of those is no
+    smaller than it (a kernel past every one of them may stream slower still)."""
+    floor, ceiling = np.zeros(len(recs)), np.zeros(len(recs))
     for i, (rec, target) in enumerate(zip(recs, targets)):
         entry = table.get(str(target)) if table else None
         if not entry:
             continue
         nbytes = _bytes(rec)
-        if not (np.isfinite(nbytes) and nbytes > entry["l2_bytes"]) or not streams_every_byte(rec):
+        if not (np.isfinite(nbytes) and nbytes > entry["l2_bytes"]):
+            continue
+        every, simply = _streaming(rec)
+        if not every:
             continue
         at = int(np.searchsorted(entry["bytes"], nbytes))
         if at < len(entry["bytes"]):
-            out[i] = nbytes / (entry["gb_s"][at] * 1e3)
-    return out
+            floor[i] = nbytes / (entry["gb_s"][at] * 1e3)
+        sizes, gb_s = np.asarray(entry.get("simple_bytes", [])), np.asarray(entry.get("simple_gb_s", []))
+        near = (sizes >= nbytes / CEILING_SPAN) & (sizes <= nbytes * CEILING_SPAN)
+        if simply and near.any() and sizes[near].max() >= nbytes:
+            ceiling[i] = nbytes / (gb_s[near].min() * 1e3)
+    return floor, ceiling
+
+
+def stream_floor_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
+    """Each unit's least latency in microseconds (:func:`stream_bounds_us`; 0 where none)."""
+    return stream_bounds_us(table, recs, targets)[0]
 
 
 def stream_ceiling_us(table: dict, recs: list, targets: list[str]) -> np.ndarray:
-    """Each streaming-only unit's most latency in microseconds past the L2 (0 where none): its bytes over the
-    least bandwidth of the training's streaming-only kernels within :data:`CEILING_SPAN` of its size, when at
-    least one of those is no smaller than it (a kernel past every one of them may stream slower still)."""
-    out = np.zeros(len(recs))
-    for i, (rec, target) in enumerate(zip(recs, targets)):
-        entry = table.get(str(target)) if table else None
-        if not entry or not entry.get("simple_bytes"):
-            continue
-        nbytes = _bytes(rec)
-        if not (np.isfinite(nbytes) and nbytes > entry["l2_bytes"]) or not streams_simply(rec):
-            continue
-        sizes, gb_s = np.asarray(entry["simple_bytes"]), np.asarray(entry["simple_gb_s"])
-        near = (sizes >= nbytes / CEILING_SPAN) & (sizes <= nbytes * CEILING_SPAN)
-        if near.any() and sizes[near].max() >= nbytes:
-            out[i] = nbytes / (gb_s[near].min() * 1e3)
-    return out
+    """Each unit's most latency in microseconds (:func:`stream_bounds_us`; 0 where none: in models saved before
+    session 36, whose table has no ``simple_*`` lists)."""
+    return stream_bounds_us(table, recs, targets)[1]

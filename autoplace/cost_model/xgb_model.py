@@ -17,7 +17,7 @@ import pandas as pd
 from .cost_model import CostModel
 from .features import feature_names, record_features, unit_ops
 from .features import work as _work
-from .stream_floor import fit_stream_floor, stream_ceiling_us, stream_floor_us
+from .stream_floor import fit_stream_floor, stream_bounds_us
 
 #: Features whose growth can only slow a kernel down (per unit of work), with ``monotone=True``.
 MONOTONE = {"mem_l1_over": 1, "mem_l2_over": 1, "mem_level": 1}
@@ -213,10 +213,8 @@ class XGBCostModel(CostModel):
         x = self._matrix(recs, targets)
         dmat = xgb.DMatrix(x, base_margin=self._margin(recs), feature_names=self._xgb_names())
         log_us = self.booster_.predict(dmat, output_margin=True).astype(float)
-        table = getattr(self, "stream_floor_", {})
-        ceiling_us = stream_ceiling_us(table, recs, targets)
+        floor_us, ceiling_us = stream_bounds_us(getattr(self, "stream_floor_", {}), recs, targets)
         log_us = np.where(ceiling_us > 0, np.minimum(log_us, np.log(np.maximum(ceiling_us, 1e-12))), log_us)
-        floor_us = stream_floor_us(table, recs, targets)
         return np.where(floor_us > 0, np.maximum(log_us, np.log(np.maximum(floor_us, 1e-12))), log_us)
 
     def feature_importance(self, importance_type: str = "gain") -> pd.Series:
