@@ -116,6 +116,12 @@ FAMILIES = {
     # 17x17 stage with its 1x7 / 7x1 pairs, YOLO's 19x19 / 38x38 heads): since CPU schedule 9 computed over the
     # flattened map, 4-29x faster than in rows (experiments/conv_rows.py), so unlike any other odd-row convolution
     "conv_odd_rows": "conv",
+    # an inverted-residual block's 3x3 depthwise convolutions (+ bias + ReLU6) on the TF-padded power-of-two maps of a
+    # MobileNet / EfficientNet (2x2-32x32 outputs, stride 1 and 2), some with the zero-width pad Hugging Face's
+    # MobileNetV2 puts before the next 1x1 convolution: whole 8- or 16-wide output rows, one channel's tile held in
+    # registers; on the Zen 4 the cost model had priced mobilenetv2's 8x8 and 16x16 ones 1.8-2.8x high from
+    # the odd-width maps of conv2d_tfpad and conv2d_k3s1dw (session 37)
+    "conv_dw_pow2": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -683,6 +689,40 @@ def _conv_odd_rows(rng, n: int) -> list[Model]:
     return models
 
 
+#: Output maps of :data:`FAMILIES` ``conv_dw_pow2``, in turn with the strides (no (map, stride) twice in 10 models),
+#: and its channel counts: MobileNetV2 / EfficientNet widths at depth multipliers 0.25-1 (6x the block's input).
+DW_POW2_MAPS = (2, 4, 8, 16, 32)
+DW_POW2_CHANNELS = (8, 16, 24, 48, 96, 144, 192, 240, 384, 576, 960)
+
+
+def _conv_dw_pow2(rng, n: int) -> list[Model]:
+    """3x3 depthwise convolutions without padding on maps TF-padded beforehand (the pad is fused into the
+    previous 1x1 convolution: the kernel reads the padded map), giving :data:`DW_POW2_MAPS` outputs at stride 1
+    (pad 1 + 1) and 2 (pad 0 + 1), + bias + ReLU6, the second ten followed by a zero-width pad as in
+    Hugging Face's MobileNetV2; channels drawn from the :data:`DW_POW2_CHANNELS` that keep the output within
+    640 KB (wide maps take the narrow ones)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        out = DW_POW2_MAPS[i % len(DW_POW2_MAPS)]
+        s = 1 + i % 2  # five maps: the other stride in the next round
+        fits = [c for c in DW_POW2_CHANNELS if c * out * out <= 160_000]  # at most 640 KB out
+        c = int(rng.choice(fits))
+        h = out + 2 if s == 1 else 2 * out + 1  # the padded input
+        weight, bias = _const(rng, (c, 1, 3, 3)), _const(rng, (1, c, 1, 1))
+        zero_pad = (i // (2 * len(DW_POW2_MAPS))) % 2 == 1  # each (map, stride) with and without, in 20
+
+        def body(bb, x, w=weight, b=bias, s=s, c=c, zero_pad=zero_pad):
+            y = op.clip(op.add(bb.emit(op.nn.conv2d(x, w, strides=s, groups=c)), b), 0.0, 6.0)
+            return op.nn.pad(bb.emit(y), [0] * 8) if zero_pad else y
+
+        name = f"ops-conv_dw_pow2-k3s{s}-{c}x{h}x{h}-relu6" + ("-pad0" if zero_pad else "")
+        models.append(_model(name, _f32((1, c, h, h)), body))
+    return models
+
+
 #: ``(channels, map)`` of :data:`FAMILIES` ``global_pool``: the last feature maps of torchvision's ResNets
 #: (512 / 2048 x 7x7), MobileNetV2 (1280 x 7x7), ConvNeXt / Swin (768 x 7x7), EfficientNet-style and
 #: Inception heads (384 x 14x14, 64 x 56x56), a CIFAR net's; on the Intel Xeon f6m207 the cost model had priced
@@ -1056,7 +1096,8 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
-          "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21}
+          "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
+          "conv_dw_pow2": 20}
 DEFAULT_COUNT = 4
 
 
@@ -1138,6 +1179,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _conv_head(rng, count)
     if family == "conv_odd_rows":
         return _conv_odd_rows(rng, count)
+    if family == "conv_dw_pow2":
+        return _conv_dw_pow2(rng, count)
     if group == "conv":
         return _conv2d(rng, family, count, tiny=tiny)
     if family == "global_pool":

@@ -657,6 +657,29 @@ def test_only_kernels_with_enough_work_for_two_threads_run_in_parallel(make, sma
     check(make, large, rules={rule})
 
 
+@pytest.mark.parametrize("shape,axis,parallel", [((1, 8), 1, False), ((2, 64), 1, False), ((15, 64), 0, False),
+                                                 ((5, 512), 1, True), ((621, 128), 1, True)])
+def test_a_kernel_no_rule_schedules_runs_on_one_thread_unless_its_loops_are_worth_two(shape, axis, parallel):
+    # TOPI's cumsum: loops, not blocks, with a parallel loop over the rows it scans (a 2x64 one took 0.8-2.9 us on
+    # two threads, 0.07 us on one: session 37)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.cumsum(x, axis=axis))
+        bb.emit_func_output(out)
+    with TARGET:  # DispatchSortScan makes the scan kernel (LegalizeOps leaves cumsum to it), as a build does
+        mod = relax.backend.DispatchSortScan()(bb.get())
+    (func,) = [f.with_attr("target", TARGET) for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert "T.parallel" in func.script()
+    scheduled, rule = schedule_prim_func(func, TARGET)
+    assert rule == "none" and cs.runs_in_parallel(scheduled) == parallel
+    args = _random_args(func)
+    np.testing.assert_allclose(_run(scheduled, args), np.cumsum(args[0], axis=axis), rtol=1e-4, atol=1e-4)
+    with mock.patch.object(cs, "SERIAL_SMALL_UNSCHEDULED", False):  # as TOPI writes it
+        assert cs.runs_in_parallel(schedule_prim_func(func, TARGET)[0])
+
+
 # ---------------------------------------------------------------------------------------------- the pass
 
 def test_cpu_target():

@@ -87,7 +87,9 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    vectors, the last partial one scalar (:data:`ODD_ROW_REDUCTION`; were one scalar add at a time); elementwise
 #:    and pool rows longer than four vectors that no width divides (197, 73) in full vectors and a scalar tail
 #:    (:data:`ODD_ROW_PARTITION`; were scalar).
-SCHEDULE_VERSION = 10
+#: 11: parallel loops of kernels no rule schedules (TOPI's cumsum) serial below :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
+#:    iterations (:data:`SERIAL_SMALL_UNSCHEDULED`; were parallel whatever the work: a 2x64 cumsum 2.9 us).
+SCHEDULE_VERSION = 11
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -1315,6 +1317,67 @@ def runs_in_parallel(func: tirx.PrimFunc) -> bool:
     return any(kind == tirx.ForKind.PARALLEL for kind in kinds)
 
 
+#: Kernels no rule schedules (TOPI's cumsum: a parallel loop over the rows it scans, written as loops, not blocks):
+#: their parallel loops run serially when the loop nest does fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
+#: iterations (schedule version 11). False: parallel whatever the work, as TOPI writes them: on the Zen 4 a 2x64
+#: cumsum took 0.8-2.9 us (a thread-pool wake), 0.07 us serial; a 1x8 one (a loop of one, run inline) 8 ns.
+SERIAL_SMALL_UNSCHEDULED = True
+#: Iterations from which such a loop nest stays parallel: a scan is a chain of dependent scalar adds (0.8 ns each
+#: on the Zen 4), so two threads pay off sooner than for a vectorised row reduction: a 5x512 cumsum ran in
+#: 1.6 us on two threads, 2.0 us on one (session 37, the cumsum op family's models
+#: timed both ways).
+UNSCHEDULED_PARALLEL_MIN_WORK = 1 << 11
+
+
+def _loop_nest_iterations(stmt) -> int | None:
+    """Iterations of the deepest loop nest in ``stmt`` (product of static extents); None if one is not static."""
+    nests = []
+
+    def visit(loop):
+        if not isinstance(loop.extent, tirx.IntImm):
+            nests.append(None)
+            return
+        inner = [0]
+        tvm_ffi.structural_walk(loop.body, (tirx.For, lambda _: inner.__setitem__(0, inner[0] + 1)), order="post")
+        if not inner[0]:  # an innermost loop: multiply up its enclosing loops in a second pass
+            nests.append(loop)
+
+    tvm_ffi.structural_walk(stmt, (tirx.For, visit), order="post")
+    if any(n is None for n in nests):
+        return None
+    total = 0
+    for leaf in nests:
+        count = [1]
+
+        def enclosing(loop, leaf=leaf, count=count):
+            found = [loop.same_as(leaf)]
+            if not found[0]:
+                tvm_ffi.structural_walk(loop.body, (tirx.For, lambda x: found.__setitem__(0, found[0] or x.same_as(leaf))),
+                                        order="post")
+            if found[0]:
+                count[0] *= int(loop.extent)
+
+        tvm_ffi.structural_walk(stmt, (tirx.For, enclosing), order="post")
+        total += count[0]
+    return total
+
+
+def _serial_when_small(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with its parallel loops serial when each does fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
+    iterations in all (its extent times its body's loop nests); a loop of one is always serial."""
+
+    def serial(loop):
+        if loop.kind != tirx.ForKind.PARALLEL or not isinstance(loop.extent, tirx.IntImm):
+            return loop
+        work = _loop_nest_iterations(loop)
+        if int(loop.extent) > 1 and (work is None or work >= UNSCHEDULED_PARALLEL_MIN_WORK):
+            return loop
+        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body, loop.thread_binding,
+                        loop.annotations, loop.step, loop.span)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, serial)))
+
+
 def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple[tirx.PrimFunc, str]:
     """``(scheduled func, rule name)``; ``(func, "none")`` when no rule applies or every rule failed.
 
@@ -1338,6 +1401,8 @@ def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple
         if name in STRIDED_LOAD_RULES:
             out = mark_strided_loads(out)
         return out.with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, name), name
+    if SERIAL_SMALL_UNSCHEDULED:
+        func = _serial_when_small(func)
     return func.with_attr(RULE_ATTR, "none"), "none"
 
 
