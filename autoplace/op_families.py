@@ -84,6 +84,11 @@ FAMILIES = {
     "cumsum": "movement",
     "where": "movement",
     "pad": "movement",
+    # the bookkeeping kernels of a decode step or a short prompt: chains of 1-9 slices, concatenations, compares,
+    # casts, adds and reshapes over 4-64 int64 or float32 elements (position ids from a mask, cache positions, a
+    # causal mask's rows), which a call's fixed cost decides, not their ops (session 37: the Zen 4's cost model had
+    # priced llama's 8-element position-id chain of eight ops at twice its 8 ns from larger kernels of as many ops)
+    "small_chain": "movement",
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
@@ -723,6 +728,50 @@ def _conv_dw_pow2(rng, n: int) -> list[Model]:
     return models
 
 
+#: Ops a :data:`FAMILIES` ``small_chain`` link is drawn from (each keeps the tensor's shape and dtype).
+SMALL_CHAIN_LINKS = ("add", "subtract", "roll", "not_equal", "maximum", "view", "slice_pad")
+
+
+def _small_chain(rng, n: int) -> list[Model]:
+    """Chains of 1-9 ops (:data:`SMALL_CHAIN_LINKS`: an add or subtract of a constant, a roll along the last axis
+    as two strided slices and a concatenation, a compare cast back, a maximum, an expand_dims + reshape, a slice
+    padded back) on ``(rows, cols)`` tensors of 4-64 elements, int64 and float32 in turn: one fused kernel each."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i, elems in enumerate(_spread(rng, 4, 64, n)):
+        rows = int(rng.choice([r for r in (1, 2, 4) if r * 2 <= elems] or [1]))
+        cols = max(2, round(elems / rows))
+        dtype = "int64" if i % 2 == 0 else "float32"
+        links = [str(rng.choice(SMALL_CHAIN_LINKS)) for _ in range(1 + i % 5 + int(rng.integers(0, 5)))]
+
+        def body(bb, x, links=links, dtype=dtype, rows=rows, cols=cols):
+            one = relax.const(1, dtype)
+            y = x
+            for link in links:
+                if link == "add":
+                    y = op.add(y, one)
+                elif link == "subtract":
+                    y = op.subtract(y, one)
+                elif link == "roll":
+                    y = op.concat([op.strided_slice(y, [1], [1], [cols]), op.strided_slice(y, [1], [0], [1])], axis=1)
+                elif link == "not_equal":
+                    y = op.astype(op.not_equal(y, one), dtype)
+                elif link == "maximum":
+                    y = op.maximum(y, x)
+                elif link == "view":
+                    y = op.reshape(op.expand_dims(y, [0]), (rows, cols))
+                else:  # slice_pad: the first cols - 1 columns, a zero column after them
+                    y = op.concat([op.strided_slice(y, [1], [0], [cols - 1]),
+                                   op.zeros((rows, 1), dtype)], axis=1)
+            return y
+
+        name = f"ops-small_chain-{rows}x{cols}-{dtype}-{'-'.join(links)}"
+        models.append(_model(name, [("x", (rows, cols), dtype)], body))
+    return models
+
+
 #: ``(channels, map)`` of :data:`FAMILIES` ``global_pool``: the last feature maps of torchvision's ResNets
 #: (512 / 2048 x 7x7), MobileNetV2 (1280 x 7x7), ConvNeXt / Swin (768 x 7x7), EfficientNet-style and
 #: Inception heads (384 x 14x14, 64 x 56x56), a CIFAR net's; on the Intel Xeon f6m207 the cost model had priced
@@ -1097,7 +1146,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20}
+          "conv_dw_pow2": 20, "small_chain": 16}
 DEFAULT_COUNT = 4
 
 
@@ -1151,6 +1200,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _add(rng, count, tiny=tiny)
     if family == "residual":
         return _residual(rng, count)
+    if family == "small_chain":
+        return _small_chain(rng, count)
     if group == "elementwise":
         return _elementwise(rng, family, count, tiny=tiny)
     if family in ("mean", "sum", "max"):
