@@ -18,6 +18,7 @@ from autoplace.op_families import (
     FAMILIES,
     MAX_ELEMENTWISE_ELEMS,
     MAX_MACS,
+    SMALL_CHAIN_LINKS,
     TINY_COUNTS,
     TINY_ELEMS,
     family_of,
@@ -224,6 +225,22 @@ def test_pow2_depthwise_convolutions_read_a_padded_map_and_give_power_of_two_out
     assert len(seen) == 20  # every (map, stride) with and without the trailing pad
 
 
+def test_small_chains_are_one_kernel_of_few_elements_that_keeps_shape_and_dtype():
+    models = op_family_models(families=["small_chain"], tiny=False)
+    assert len(models) == len({m.name for m in models}) == 16
+    assert {str(m.mod["main"].params[0].ty.dtype) for m in models} == {"int64", "float32"}
+    for m in models:
+        (param,) = m.mod["main"].params
+        shape = [int(d) for d in param.ty.shape]
+        assert 4 <= shape[0] * shape[1] <= 64, m.name
+        ret = m.mod["main"].ret_ty
+        assert [int(d) for d in ret.shape] == shape and str(ret.dtype) == str(param.ty.dtype), m.name
+    # chains of one to nine links, every kind of link somewhere
+    links = [m.name.split("-")[4:] for m in models]
+    assert min(map(len, links)) >= 1 and max(map(len, links)) <= 9
+    assert {link for chain in links for link in chain} == set(SMALL_CHAIN_LINKS)
+
+
 def test_the_list_is_the_same_for_a_seed_and_per_family():
     a = [m.name for m in op_family_models(seed=0, families=["gelu", "conv2d_k3s2dw", "attn_qk"])]
     b = [m.name for m in op_family_models(seed=0, families=["attn_qk", "gelu", "conv2d_k3s2dw"])]
@@ -241,7 +258,7 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
     # conv_small_maps, 18 more stems and rotary_table (114 kernels); session 26: rotary_table as torch.export gives it
     # (3 kernels a model, not 6: -30), gqa_repeat and index_tensor (+28): 625; session 32's global_pool (+20, 48 s
     # on the Xeon f6m207): 645; session 34's conv_odd_rows (+21): 666; session 37's conv_dw_pow2 (+20, 23 s on the
-    # Zen 4): 686
+    # Zen 4) and small_chain (+16, 32 s): 702
     assert 400 <= total <= 720, total
     for name, us in units.items():
         assert us, name
