@@ -412,6 +412,21 @@ def _vectorized(make, shapes):
             for f, rule in (schedule_prim_func(func, TARGET) for _, func in _prim_funcs(make, shapes))]
 
 
+@pytest.mark.parametrize("make,shape", [(lambda x: R.nn.softmax(x, axis=-1), (15, 8)),
+                                        (lambda x: R.nn.softmax(x, axis=-1), (3, 4, 16)),
+                                        (lambda x: R.nn.layer_norm(x, relax.const(np.ones(16, "float32")),
+                                                                   relax.const(np.zeros(16, "float32")), [-1]),
+                                         (8, 16))])
+def test_short_rows_of_a_row_reduction_kernel_can_be_vectorised_by_the_schedule(make, shape):
+    # off by default (SHORT_ROW_VECTORS: every profile was timed without it); on, the elementwise blocks' rows of
+    # one vector or less are vectorised loops, and the kernel computes the same numbers
+    (_name, func), = _prim_funcs(make, [shape])
+    assert "T.vectorized" not in schedule_prim_func(func, TARGET)[0].script()
+    with mock.patch.object(cs, "SHORT_ROW_VECTORS", True):
+        assert check(make, [shape], rules={"RowReduction"}) == ["RowReduction"]
+        assert "T.vectorized" in schedule_prim_func(func, TARGET)[0].script()
+
+
 def test_row_reductions_accumulate_in_vector_lanes():
     # LLVM does not reorder a float sum: a row left to it ran one scalar add at a time (0.5-0.7 ns per element).
     assert _vectorized(lambda x: R.sum(x, axis=[1]), [(46, 256)]) == [("RowReduction", True)]
