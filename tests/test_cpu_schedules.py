@@ -34,7 +34,9 @@ def _prim_funcs(make, shapes, dtypes=None):
         with bb.dataflow():
             out = bb.emit_output(make(*params))
         bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps(cpu_legalize_map("llvm"))(bb.get())
+    with TARGET:  # scans and sorts (cumsum) become kernels here, as in a build; LegalizeOps leaves them alone
+        mod = relax.backend.DispatchSortScan()(bb.get())
+    mod = relax.transform.LegalizeOps(cpu_legalize_map("llvm"))(mod)
     mod = relax.transform.AnnotateTIROpPattern()(mod)
     mod = relax.transform.FuseOps()(mod)
     mod = relax.transform.FuseTIR()(mod)
@@ -677,15 +679,7 @@ def test_only_kernels_with_enough_work_for_two_threads_run_in_parallel(make, sma
 def test_a_kernel_no_rule_schedules_runs_on_one_thread_unless_its_loops_are_worth_two(shape, axis, parallel):
     # TOPI's cumsum: loops, not blocks, with a parallel loop over the rows it scans (a 2x64 one took 0.8-2.9 us on
     # two threads, 0.07 us on one: session 37)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(R.cumsum(x, axis=axis))
-        bb.emit_func_output(out)
-    with TARGET:  # DispatchSortScan makes the scan kernel (LegalizeOps leaves cumsum to it), as a build does
-        mod = relax.backend.DispatchSortScan()(bb.get())
-    (func,) = [f.with_attr("target", TARGET) for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    (_name, func), = _prim_funcs(lambda x: R.cumsum(x, axis=axis), [shape])
     assert "T.parallel" in func.script()
     scheduled, rule = schedule_prim_func(func, TARGET)
     assert rule == "none" and cs.runs_in_parallel(scheduled) == parallel

@@ -45,6 +45,8 @@ as a mean.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
 from tvm import s_tir, te, tirx, topi
@@ -88,7 +90,7 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    and pool rows longer than four vectors that no width divides (197, 73) in full vectors and a scalar tail
 #:    (:data:`ODD_ROW_PARTITION`; were scalar).
 #: 11: parallel loops of kernels no rule schedules (TOPI's cumsum) serial below :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
-#:    iterations (:data:`SERIAL_SMALL_UNSCHEDULED`; were parallel whatever the work: a 2x64 cumsum 2.9 us).
+#:    output elements (:data:`SERIAL_SMALL_UNSCHEDULED`; were parallel whatever the work: a 2x64 cumsum 2.9 us).
 SCHEDULE_VERSION = 11
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
@@ -1343,59 +1345,28 @@ def runs_in_parallel(func: tirx.PrimFunc) -> bool:
 
 
 #: Kernels no rule schedules (TOPI's cumsum: a parallel loop over the rows it scans, written as loops, not blocks):
-#: their parallel loops run serially when the loop nest does fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
-#: iterations (schedule version 11). False: parallel whatever the work, as TOPI writes them: on the Zen 4 a 2x64
+#: their parallel loops run serially when they write fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK` output
+#: elements (schedule version 11). False: parallel whatever the work, as TOPI writes them: on the Zen 4 a 2x64
 #: cumsum took 0.8-2.9 us (a thread-pool wake), 0.07 us serial; a 1x8 one (a loop of one, run inline) 8 ns.
 SERIAL_SMALL_UNSCHEDULED = True
-#: Iterations from which such a loop nest stays parallel: a scan is a chain of dependent scalar adds (0.8 ns each
+#: Output elements from which such a kernel stays parallel: a scan is a chain of dependent scalar adds (0.8 ns each
 #: on the Zen 4), so two threads pay off sooner than for a vectorised row reduction: a 5x512 cumsum ran in
 #: 1.6 us on two threads, 2.0 us on one (session 37, the cumsum op family's models
 #: timed both ways).
 UNSCHEDULED_PARALLEL_MIN_WORK = 1 << 11
 
 
-def _loop_nest_iterations(stmt) -> int | None:
-    """Iterations of the deepest loop nest in ``stmt`` (product of static extents); None if one is not static."""
-    nests = []
-
-    def visit(loop):
-        if not isinstance(loop.extent, tirx.IntImm):
-            nests.append(None)
-            return
-        inner = [0]
-        tvm_ffi.structural_walk(loop.body, (tirx.For, lambda _: inner.__setitem__(0, inner[0] + 1)), order="post")
-        if not inner[0]:  # an innermost loop: multiply up its enclosing loops in a second pass
-            nests.append(loop)
-
-    tvm_ffi.structural_walk(stmt, (tirx.For, visit), order="post")
-    if any(n is None for n in nests):
-        return None
-    total = 0
-    for leaf in nests:
-        count = [1]
-
-        def enclosing(loop, leaf=leaf, count=count):
-            found = [loop.same_as(leaf)]
-            if not found[0]:
-                tvm_ffi.structural_walk(loop.body, (tirx.For, lambda x: found.__setitem__(0, found[0] or x.same_as(leaf))),
-                                        order="post")
-            if found[0]:
-                count[0] *= int(loop.extent)
-
-        tvm_ffi.structural_walk(stmt, (tirx.For, enclosing), order="post")
-        total += count[0]
-    return total
-
-
 def _serial_when_small(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with its parallel loops serial when each does fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
-    iterations in all (its extent times its body's loop nests); a loop of one is always serial."""
+    """``func`` with its parallel loops serial when it writes fewer than :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
+    output elements (a scan's loop nest runs once per element it writes); a loop of one is always serial."""
+    shape = list(getattr(func.params[-1].ty, "shape", None) or []) if func.params else []  # the output buffer
+    static = bool(shape) and all(isinstance(d, tirx.IntImm) for d in shape)
+    small = static and math.prod(int(d) for d in shape) < UNSCHEDULED_PARALLEL_MIN_WORK
 
     def serial(loop):
         if loop.kind != tirx.ForKind.PARALLEL or not isinstance(loop.extent, tirx.IntImm):
             return loop
-        work = _loop_nest_iterations(loop)
-        if int(loop.extent) > 1 and (work is None or work >= UNSCHEDULED_PARALLEL_MIN_WORK):
+        if int(loop.extent) > 1 and not small:
             return loop
         return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body, loop.thread_binding,
                         loop.annotations, loop.step, loop.span)
