@@ -13,6 +13,12 @@ predicted latency, written to ``--out`` for the comparison table (``experiments/
 
 ``--gpu-cap-mb MODEL=MB`` caps the GPU's memory for one model (the solver and memory-greedy respect it; the
 other baselines ignore it and the table says when one breaks it).
+
+``--variants cpu=0.5 gpu=2 ...`` (with ``--profile``) also builds the plans autoplace picks when one target's
+kernels are priced that many times their profiled cost (labels ``candidate:cpu*0.5``; a placement already in the
+bundle is not built twice). For a box whose own profile does not exist yet: profile it and time these candidates
+in the same call, then solve again on the box's profile here. If that plan is one of the candidates timed, its
+measurement is from the box that profiled it (``table.py --resolved``); if not, it was not timed.
 """
 
 from __future__ import annotations
@@ -30,12 +36,47 @@ TARGETS = {"cpu": {"kind": "llvm", "mcpu": os.environ.get("MCPU", "x86-64-v3")},
 SEED002 = {"relax.nn.conv2d": "gpu", "relax.matmul": "gpu"}
 
 
+def _crc(placement) -> str:
+    """A placement's fingerprint (its assignment), to tell plans apart across runs."""
+    return f"{zlib.crc32(repr(sorted(placement.assignment.items())).encode()):08x}"
+
+
 def _parse_caps(items):
     caps = {}
     for item in items or []:
         name, _, mb = item.partition("=")
         caps[name] = int(float(mb) * (1 << 20))
     return caps
+
+
+def scaled_costs(costs, scale_by_target: dict):
+    """A copy of a :class:`~autoplace.cost_model.CostTable` that prices each target kind's kernels
+    ``scale_by_target[kind]`` times (copies and call overheads unchanged): a candidate plan's pricing."""
+    import copy
+
+    base = type(costs)
+
+    class ScaledCostTable(base):
+        def latencies(self, units, target_kind=None, **kwargs):
+            from autoplace.targets import kind_of_label
+
+            frame = base.latencies(self, units, target_kind, **kwargs)
+            factor = frame["target"].map(lambda t: scale_by_target.get(kind_of_label(t), 1.0)).astype(float)
+            for column in ("latency_us", "band_lo_us", "band_hi_us"):
+                frame[column] = frame[column] * factor
+            return frame
+
+    scaled = copy.copy(costs)
+    scaled.__class__ = ScaledCostTable
+    return scaled
+
+
+def _parse_variants(items, targets):
+    variants = []
+    for item in items or []:
+        name, _, factor = item.partition("=")
+        variants.append((name, targets[name].kind, float(factor)))
+    return variants
 
 
 def add_yardstick(profile_bundle: str, plan_bundle: str, per_target: int) -> int:
@@ -74,6 +115,8 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", default=json.dumps(TARGETS))
     parser.add_argument("--gpu-cap-mb", nargs="*", default=[], help="MODEL=MB: the GPU's memory cap for MODEL")
     parser.add_argument("--out", help="JSON of every plan's prediction and copies")
+    parser.add_argument("--variants", nargs="*", default=[],
+                        help="TARGET=FACTOR: also the plan autoplace picks with TARGET's kernels priced FACTOR times")
     parser.add_argument("--no-build", action="store_true", help="only write --out (the plans are not compiled)")
     parser.add_argument("--yardstick", nargs=2, metavar=("PROFILE_BUNDLE", "N"),
                         help="also time N kernels of each target from the profile bundle with the plans: if the "
@@ -99,6 +142,14 @@ def main(argv=None) -> int:
             memory = {"gpu": caps[spec]} if spec in caps else None
             result = optimize(model, None, targets, profile_dir=args.profile, measure="never", memory_bytes=memory)
             found = candidate_plans(result, manual={"seed002": SEED002}, memory_greedy=True)
+            seen = {_crc(p) for _, p, _ in found.values() if p is not None}
+            for name, kind, factor in _parse_variants(args.variants, targets):
+                variant = optimize(model, None, targets, costs=scaled_costs(result.costs, {kind: factor}),
+                                   measure="never", memory_bytes=memory, progress=False)
+                if _crc(variant.placement) not in seen:
+                    seen.add(_crc(variant.placement))
+                    found[f"candidate:{name}*{factor:g}"] = (variant.predicted_us, variant.placement,
+                                                             "a candidate: priced with scaled costs")
         else:
             graph = op_graph(model)
             found = {}
@@ -113,7 +164,7 @@ def main(argv=None) -> int:
                 # plans with one placement_crc are one placement (the table says so: their times differ by noise)
                 row.update(copies=len(placement.copies), copy_bytes=sum(c["nbytes"] for c in placement.copies),
                            ops_per_target=placement.ops_per_target(),
-                           placement_crc=f"{zlib.crc32(repr(sorted(placement.assignment.items())).encode()):08x}")
+                           placement_crc=_crc(placement))
             rows.append(row)
         print(f"{spec}: {len(found)} plans in {time.perf_counter() - t0:.0f} s", flush=True)
     if not args.no_build:

@@ -25,19 +25,34 @@ import numpy as np
 import pandas as pd
 
 
-def plan_table(folder: str) -> pd.DataFrame:
+def plan_table(folder: str, predictions: str = "plans_predicted.json") -> pd.DataFrame:
+    """One row per plan of ``raw/<predictions>``, with the measurement of the timed plan of the same placement.
+
+    ``predictions`` is ``plans_predicted.json`` (the plans built and timed, as priced when they were built) or
+    ``plans_resolved.json`` (``plans.py --no-build`` on the box's own profile, after the call: the plans autoplace
+    and the cost-based baselines pick there). A row's measurement is its own label's where that label was timed
+    with the same placement, else that of a timed plan (``timed_as``) with the same placement (a candidate), else none.
+    """
     with open(os.path.join(folder, "raw", "plan_records.jsonl")) as f:
         records = [json.loads(line) for line in f]
     with open(os.path.join(folder, "raw", "plans_predicted.json")) as f:
+        built = json.load(f)
+    with open(os.path.join(folder, "raw", predictions)) as f:
         predicted = json.load(f)
     by_key: dict = {}
     for r in records:
         if r.get("kind") == "plan" and r.get("status") == "ok":
             by_key.setdefault(r["key"], []).append(r)
+    timed_crc: dict = {}  # (model, placement crc) -> labels timed with it, in bundle order
+    for p in built["plans"]:
+        if by_key.get(f"{p['model']}:{p['plan']}") and p.get("placement_crc"):
+            timed_crc.setdefault((p["model"], p["placement_crc"]), []).append(p["plan"])
     rows = []
     for p in predicted["plans"]:
-        rounds = by_key.get(f"{p['model']}:{p['plan']}", [])
-        row = dict(model=p["model"], plan=p["plan"], predicted_us=p["predicted_us"], note=p["note"],
+        labels = timed_crc.get((p["model"], p.get("placement_crc")), [])
+        timed_as = p["plan"] if p["plan"] in labels else (labels[0] if labels else None)
+        rounds = by_key.get(f"{p['model']}:{timed_as}", []) if timed_as else []
+        row = dict(model=p["model"], plan=p["plan"], timed_as=timed_as, predicted_us=p["predicted_us"], note=p["note"],
                    placement_crc=p.get("placement_crc"), copies=p.get("copies"),
                    copy_MB=(p["copy_bytes"] / 2**20) if p.get("copy_bytes") is not None else None,
                    cpu_ops=(p.get("ops_per_target") or {}).get("cpu"), gpu_ops=(p.get("ops_per_target") or {}).get("gpu"),
@@ -61,7 +76,7 @@ def plan_table(folder: str) -> pd.DataFrame:
         letters = {}
         for i, crc in group["placement_crc"].items():
             if isinstance(crc, str):
-                df.loc[i, "placement"] = letters.setdefault(crc, "ABCDEFGHIJ"[len(letters)])
+                df.loc[i, "placement"] = letters.setdefault(crc, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[len(letters)])
     return df
 
 
@@ -69,13 +84,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for model, group in df.groupby("model", sort=False):
         auto = group[group["plan"] == "autoplace"].iloc[0]
-        others = group[(group["plan"] != "autoplace") & group["fits_caps"] & group["median_us"].notna()]
+        others = group[(group["plan"] != "autoplace") & ~group["plan"].str.startswith("candidate:")
+                       & group["fits_caps"] & group["median_us"].notna()]
         best = others.loc[others["median_us"].idxmin()]
         other_placements = others[others["placement"] != auto["placement"]]
         rival = other_placements.loc[other_placements["median_us"].idxmin()] if len(other_placements) else None
         same = sorted(others.loc[others["placement"] == auto["placement"], "plan"])
         rows.append(dict(
-            model=model, autoplace_median_us=auto["median_us"], autoplace_min_us=auto["min_us"],
+            model=model, autoplace_timed_as=auto.get("timed_as"), autoplace_median_us=auto["median_us"], autoplace_min_us=auto["min_us"],
             autoplace_predicted_us=auto["predicted_us"], autoplace_error=auto["error"],
             autoplace_gpu_ops=auto["gpu_ops"], autoplace_cpu_ops=auto["cpu_ops"], autoplace_copies=auto["copies"],
             same_placement_as=",".join(same), best_other=best["plan"], best_other_median_us=best["median_us"],
@@ -90,12 +106,18 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder")
+    parser.add_argument("--resolved", action="store_true",
+                        help="rows from raw/plans_resolved.json (the plans picked on the box's own profile after the "
+                             "call), measured by the timed plan of the same placement; writes *_resolved.csv")
     args = parser.parse_args(argv)
-    df = plan_table(args.folder)
+    df = plan_table(args.folder, "plans_resolved.json" if args.resolved else "plans_predicted.json")
+    df = df[df["plan"].str.startswith("candidate:") == False] if args.resolved else df  # noqa: E712
     summary = summary_table(df)
-    df.drop(columns=["placement_crc"]).to_csv(os.path.join(args.folder, "plans.csv"), index=False, float_format="%.4g")
-    summary.to_csv(os.path.join(args.folder, "summary.csv"), index=False, float_format="%.4g")
-    shown = df[["model", "plan", "placement", "cpu_ops", "gpu_ops", "copies", "copy_MB", "predicted_us", "median_us",
+    suffix = "_resolved" if args.resolved else ""
+    df.drop(columns=["placement_crc"]).to_csv(os.path.join(args.folder, f"plans{suffix}.csv"), index=False,
+                                              float_format="%.4g")
+    summary.to_csv(os.path.join(args.folder, f"summary{suffix}.csv"), index=False, float_format="%.4g")
+    shown = df[["model", "plan", "timed_as", "placement", "cpu_ops", "gpu_ops", "copies", "copy_MB", "predicted_us", "median_us",
                 "min_us", "max_us", "error", "fits_caps"] + (["repriced_us", "repriced_error"] if "repriced_us" in df else [])]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print()
