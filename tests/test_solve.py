@@ -277,6 +277,42 @@ def test_copies_measured_size_by_size_are_priced_between_the_sizes_not_by_the_li
         PlacementProblem.from_graph(g, {("cpu", "gpu"): (15.0, 6e-5), ("gpu", "cpu"): bad})
 
 
+def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one_to_the_output_does_not():
+    """mlp-base on the H200 box (session 38): its 2048x10 classifier runs in 13 us on the CPU against 81 us on the
+    GPU, so the solver moved it to the CPU after the GPU's layers, and that plan ran 40-50 us slower than all-GPU.
+    A copy whose tensor feeds a kernel on the destination pays the pair's hand-off (the CPU resumes after waiting
+    for the GPU); a copy that only returns the output does not. The solver, the independent check and the JSON
+    round trip agree."""
+    from autoplace.solve import CopyCost
+
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0})
+    g.add_node("head", latency_us={"cpu": 13.0, "gpu": 81.0})
+    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
+    g.add_edge("x", "hidden", nbytes=256 << 10)
+    g.add_edge("hidden", "head", nbytes=512 << 10)
+    g.add_edge("head", "out", nbytes=2560)
+    up = CopyCost(15.0, 6e-5)
+    plain = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4)})
+    handoff = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=60.0)})
+    assert plain.tensor_feeds_kernel.tolist() == [True, True, False]  # x -> hidden, hidden -> head, head -> out
+    assert solve(plain, "auto").assignment == {"x": "cpu", "hidden": "gpu", "head": "cpu", "out": "cpu"}
+    plan = solve(handoff, "auto")
+    assert plan.assignment == {"x": "cpu", "hidden": "gpu", "head": "gpu", "out": "cpu"}
+    assert plan.objective_us == pytest.approx(solve(plain, "all:gpu").objective_us)  # the output's copy: no hand-off
+    mixed = {"x": "cpu", "hidden": "gpu", "head": "cpu", "out": "cpu"}
+    compute_us, copy_us, _ = recompute_cost_us(handoff, mixed)
+    assert copy_us == pytest.approx(recompute_cost_us(plain, mixed)[1] + 60.0)
+    for method in ("ilp", "brute_force"):
+        assert solve(handoff, method).objective_us == pytest.approx(plan.objective_us)
+    validate_plan(handoff, plan)
+    again = PlacementProblem.from_dict(json.loads(json.dumps(handoff.to_dict())))
+    assert np.allclose(again.copy_latency_us, handoff.copy_latency_us)
+    with pytest.raises(PlacementError, match="handoff_us"):
+        PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=-1.0)})
+
+
 def test_memory_greedy_fills_the_gpu_in_model_order_and_puts_the_rest_on_the_host():
     """accelerate's ``device_map="auto"``: a chain of four layers (weights 600 B each) on a GPU of 1300 B holds
     the first two; the third and everything after it go to the host, even the fourth, which would fit alone

@@ -10,7 +10,9 @@ A :class:`CostTable` answers the three questions a placement needs, each in micr
   refitted to the profile's end-to-end ``kind="model"`` records where it has enough of them
   (:func:`fit_vm_overhead`);
 * what a copy between two devices costs (:meth:`CostTable.copy_cost`), from the profiler's
-  ``latency_us = alpha_us + nbytes * us_per_byte`` fit (``kind="copy_fit"``) for that device pair.
+  ``latency_us = alpha_us + nbytes * us_per_byte`` fit (``kind="copy_fit"``) for that device pair,
+  its measured sizes (``kind="copy"``), and what handing work over costs beyond the copy where the profile
+  measured it (``kind="handoff"``, ``handoff_us``: a GPU -> CPU copy that a CPU kernel waits for).
 
 How sure the costs are
 ----------------------
@@ -246,6 +248,8 @@ class CostTable:
         self.copy_: dict = {}
         #: ``{"src->dst": [(bytes, us), ...]}``: the copies measured size by size (priced between them, not by the fit).
         self.copy_points_: dict = {}
+        #: ``{"src kind->dst kind": us}``: a copy's hand-off (:attr:`autoplace.solve.problem.CopyCost.handoff_us`).
+        self.handoff_: dict = {}
         #: ``{device label: fit_vm_overhead(...)}`` where the end-to-end records replaced the probes.
         self.overhead_fit_: dict = {}
         #: ``{device label: fit_vm_overhead(..., in_context=True)}``: the VM's overhead besides kernels timed in
@@ -287,6 +291,9 @@ class CostTable:
             for label, rows in copies.groupby("target"):  # each size's median over the profile's records of it
                 sizes = rows.groupby("nbytes")["median_us"].median()
                 self.copy_points_[str(label)] = list(zip(sizes.index.astype(float), sizes.to_numpy(dtype=float)))
+            ok = (df["kind"] == "handoff") & (status == "ok")
+            for pair, rows in df[ok].groupby("target") if "handoff_us" in df else ():
+                self.handoff_[str(pair)] = float(rows["handoff_us"].median())
             self._fit_overheads(df)
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
@@ -658,16 +665,18 @@ class CostTable:
         if src == dst:
             return CopyCost(0.0, 0.0)
         pair = f"{src}->{dst}"
-        if pair in self.copy_:
-            return CopyCost(*self.copy_[pair], points=self.copy_points_.get(pair))
         kinds = (kind_of_label(src), kind_of_label(dst))
+        handoff = self.handoff_.get(f"{kinds[0]}->{kinds[1]}", 0.0)
+        if pair in self.copy_:
+            return CopyCost(*self.copy_[pair], points=self.copy_points_.get(pair), handoff_us=handoff)
         same = [
             v
             for k, v in self.copy_.items()
             if "->" in k and tuple(kind_of_label(p) for p in k.split("->", 1)) == kinds
         ]
         if same:
-            return CopyCost(float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same])))
+            return CopyCost(float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same])),
+                            handoff_us=handoff)
         import json
 
         from ..errors import CopyCostError

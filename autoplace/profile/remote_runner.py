@@ -269,9 +269,11 @@ def in_model_fields(lib, dev, call_args, preproc_name, repeat, l2_total_bytes):
                 in_model_timing=IN_MODEL_TIMING, l2_bytes=int(l2_total_bytes))
 
 
-#: Device runtimes that ``import tvm`` loads with its backends, which ``TVM_USE_RUNTIME_LIB=1`` skips: without
-#: ``libtvm_runtime_cuda.so`` a runtime-only TVM has no CUDA device API and every CUDA item would be skipped.
-DEVICE_RUNTIME_LIBS = ("tvm_runtime_cuda",)
+#: Runtime libraries that ``import tvm`` loads with its backends, which ``TVM_USE_RUNTIME_LIB=1`` skips: without
+#: ``libtvm_runtime_cuda.so`` a runtime-only TVM has no CUDA device API and every CUDA item would be skipped;
+#: without ``libtvm_runtime_extra.so`` no CPU sort or top-k runs (``tvm.contrib.sort.*``, the packed functions
+#: TVM's CPU ``topk``/``sort``/``argsort`` call: session 38's box failed every CPU top-k of detect-base so).
+DEVICE_RUNTIME_LIBS = ("tvm_runtime_extra", "tvm_runtime_cuda")
 #: Where a GPU box keeps ``libcudart`` if the loader does not find it (the CUDA toolkit; the ``nvidia`` Python
 #: packages beside PyTorch are searched too).
 CUDART_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/lib/x86_64-linux-gnu")

@@ -50,8 +50,12 @@ class CopyCost:
     16 MB 8.9 ms (1.9 GB/s), where the least-squares line gives 1.7 ms. Unpacks as ``alpha_us, us_per_byte``.
     """
 
-    def __init__(self, alpha_us: float, us_per_byte: float, points=None):
+    def __init__(self, alpha_us: float, us_per_byte: float, points=None, handoff_us: float = 0.0):
         self.alpha_us, self.us_per_byte = float(alpha_us), float(us_per_byte)
+        #: Extra microseconds when the copied tensor feeds a kernel on the destination (not only the model's
+        #: output): the destination waits for the source's work, then resumes (GPU -> CPU: the CPU's thread pool
+        #: went to sleep while the copy waited). Measured by hand-off probes (``experiments/gpu/handoff_probes.py``).
+        self.handoff_us = float(handoff_us)
         self.points = None
         if points is not None and len(points):
             self.points = np.array(sorted((float(b), float(u)) for b, u in points), dtype=np.float64).reshape(-1, 2)
@@ -63,7 +67,7 @@ class CopyCost:
         if isinstance(other, CopyCost):
             same_points = (self.points is None) == (other.points is None) and (
                 self.points is None or np.array_equal(self.points, other.points))
-            return tuple(self) == tuple(other) and same_points
+            return tuple(self) == tuple(other) and same_points and self.handoff_us == other.handoff_us
         return tuple(self) == tuple(other)  # against a pair: the fit
 
     __hash__ = None
@@ -74,7 +78,9 @@ class CopyCost:
 
     def __repr__(self) -> str:
         n = 0 if self.points is None else len(self.points)
-        return f"CopyCost(alpha_us={self.alpha_us:.3g}, us_per_byte={self.us_per_byte:.3g}, {n} measured sizes)"
+        handoff = f", handoff_us={self.handoff_us:.3g}" if self.handoff_us else ""
+        return (f"CopyCost(alpha_us={self.alpha_us:.3g}, us_per_byte={self.us_per_byte:.3g}, {n} measured sizes"
+                f"{handoff})")
 
     def __call__(self, nbytes):
         """Microseconds to copy ``nbytes`` (a number or an array)."""
@@ -177,6 +183,10 @@ class PlacementProblem:
     position : array_like of int, shape (n_nodes,), optional
         Where each node runs in the program (any increasing numbers; ties allowed). Default: node
         order. Tensors are live from their producer's position to their last consumer's.
+    copy_handoff_us : array_like of float, shape (n_targets, n_targets), optional
+        Extra latency of a copy from ``s`` to ``d`` whose tensor feeds a kernel on ``d`` (a consumer that makes
+        a tensor itself, not only a sink such as the model's output; :attr:`tensor_feeds_kernel`): see
+        :attr:`CopyCost.handoff_us`. Default: none.
 
     Raises
     ------
@@ -207,6 +217,7 @@ class PlacementProblem:
         memory_bytes=None,
         copy_points=None,
         position=None,
+        copy_handoff_us=None,
     ):
         self.nodes = tuple(nodes)
         self.targets = tuple(str(t) for t in targets)
@@ -225,6 +236,9 @@ class PlacementProblem:
         self.copy_us_per_byte = np.array(copy_us_per_byte, dtype=np.float64).reshape(k, k)
         np.fill_diagonal(self.copy_alpha_us, 0.0)
         np.fill_diagonal(self.copy_us_per_byte, 0.0)
+        self.copy_handoff_us = (np.zeros((k, k)) if copy_handoff_us is None
+                                else np.array(copy_handoff_us, dtype=np.float64).reshape(k, k))
+        np.fill_diagonal(self.copy_handoff_us, 0.0)
         #: ``{(s, d): CopyCost}`` for the pairs whose copies were measured size by size (else the line).
         self.copy_points = {}
         for (src, dst), pts in (copy_points or {}).items():
@@ -232,7 +246,8 @@ class PlacementProblem:
             if ts != td:
                 if isinstance(pts, CopyCost):
                     pts = pts.points
-                self.copy_points[(ts, td)] = CopyCost(self.copy_alpha_us[ts, td], self.copy_us_per_byte[ts, td], pts)
+                self.copy_points[(ts, td)] = CopyCost(self.copy_alpha_us[ts, td], self.copy_us_per_byte[ts, td], pts,
+                                                      handoff_us=self.copy_handoff_us[ts, td])
         if memory_bytes is None:
             memory_bytes = np.full(k, np.inf)
         self.memory_bytes = np.asarray(memory_bytes, dtype=np.float64).reshape(k)
@@ -397,6 +412,7 @@ class PlacementProblem:
         # copy costs
         alpha = np.zeros((k, k))
         beta = np.zeros((k, k))
+        handoff = np.zeros((k, k))
         points = {}
         for s in range(k):
             for d in range(k):
@@ -409,6 +425,7 @@ class PlacementProblem:
                         "(alpha_us, us_per_byte), or leave one of the targets out of `targets`"
                     )
                 alpha[s, d], beta[s, d] = (float(x) for x in copy_cost[pair])
+                handoff[s, d] = float(getattr(copy_cost[pair], "handoff_us", 0.0))
                 if getattr(copy_cost[pair], "points", None) is not None:
                     points[(s, d)] = copy_cost[pair]
 
@@ -426,7 +443,7 @@ class PlacementProblem:
         return cls(
             nodes, targets, latency, pinned, weight, output, resident,
             producer, key, nbytes, use_pairs[:, 0], use_pairs[:, 1], alpha, beta, caps, points,
-            _program_positions(graph, nodes),
+            _program_positions(graph, nodes), handoff,
         )  # fmt: skip
 
     def _check(self) -> None:
@@ -451,7 +468,8 @@ class PlacementProblem:
                 f"node {self.nodes[i]!r} has latency_us[{self.targets[d]!r}] = "
                 f"{self.latency_us[i, d]}: latencies must be numbers >= 0"
             )
-        for name, arr in (("alpha_us", self.copy_alpha_us), ("us_per_byte", self.copy_us_per_byte)):
+        for name, arr in (("alpha_us", self.copy_alpha_us), ("us_per_byte", self.copy_us_per_byte),
+                          ("handoff_us", self.copy_handoff_us)):
             bad = ~np.isfinite(arr) | (arr < 0)
             if bad.any():
                 s, d = np.argwhere(bad)[0]
@@ -542,10 +560,21 @@ class PlacementProblem:
         lat = self.copy_alpha_us[None] + nb * self.copy_us_per_byte[None]
         for (s, d), curve in self.copy_points.items():
             lat[:, s, d] = curve(self.tensor_nbytes)
+        lat = lat + self.tensor_feeds_kernel[:, None, None] * self.copy_handoff_us[None]
         lat[self.resident[self.tensor_producer]] = 0.0
         idx = np.arange(self.n_targets)
         lat[:, idx, idx] = 0.0
         return lat
+
+    @cached_property
+    def tensor_feeds_kernel(self) -> np.ndarray:
+        """Bool array (n_tensors,): some consumer of the tensor makes a tensor itself (a kernel, not only a sink
+        such as the model's output): a copy of it to a target pays that pair's hand-off (:attr:`copy_handoff_us`)."""
+        makes = np.zeros(self.n_nodes, dtype=bool)
+        makes[self.tensor_producer] = True
+        feeds = np.zeros(self.n_tensors, dtype=bool)
+        np.logical_or.at(feeds, self.use_tensor, makes[self.use_consumer])
+        return feeds
 
     @cached_property
     def footprint_bytes(self) -> np.ndarray:
@@ -716,6 +745,7 @@ class PlacementProblem:
             "memory_bytes": [_finite_or_none(x) for x in self.memory_bytes],
             "copy_points": [[s, d, c.points.tolist()] for (s, d), c in self.copy_points.items()],
             "position": self.position.tolist(),
+            "copy_handoff_us": self.copy_handoff_us.tolist(),
         }
 
     @classmethod
@@ -747,6 +777,7 @@ class PlacementProblem:
             memory_bytes=inf_for_none(data["memory_bytes"], (k,)),
             copy_points={(int(s), int(d)): pts for s, d, pts in data.get("copy_points", [])},
             position=data.get("position"),
+            copy_handoff_us=data.get("copy_handoff_us"),
         )
 
     def __repr__(self) -> str:

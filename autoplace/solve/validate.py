@@ -41,6 +41,7 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
     for t in range(p.n_tensors):
         carried[int(p.tensor_producer[t])] = carried.get(int(p.tensor_producer[t]), 0) + int(p.tensor_nbytes[t])
     reads = {c for cons in consumers.values() for c in cons}
+    producers = set(p.tensor_producer.tolist())  # nodes that make a tensor: kernels, not sinks
     is_input = [not p.resident[i] and i not in reads for i in range(p.n_nodes)]  # the caller holds it
 
     static = {t: 0.0 for t in p.targets}
@@ -65,7 +66,10 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
             if p.resident[i]:
                 static[dst] += int(p.tensor_nbytes[t])
             else:
-                copy_us += p.copy_us(p.targets.index(src), p.targets.index(dst), float(p.tensor_nbytes[t]))
+                s_, d_ = p.targets.index(src), p.targets.index(dst)
+                copy_us += p.copy_us(s_, d_, float(p.tensor_nbytes[t]))
+                if any(c in producers for c in cons):  # it feeds a kernel there or elsewhere: the pair's hand-off
+                    copy_us += float(p.copy_handoff_us[s_, d_])
         if not p.resident[i]:
             span = [int(p.position[i])] + [int(p.position[c]) for c in cons]
             live += [(dst, int(p.tensor_nbytes[t]), min(span), max(span)) for dst in where

@@ -4,6 +4,7 @@
 #   1. gpu_carry/bundle  (the profile: kernels of both targets, copies, call overheads)  -> $OUT/profile/
 #   2. gpu_carry/plans   (every plan, candidates included, round by round: side by side) -> $OUT/plans/
 #   3. gpu_carry/extra   (optional: more kernels, e.g. CUDA-only training data, 1 round) -> $OUT/profile/ too
+#   [PROFILE_BUNDLE=gpu_carry/bundle PLAN_BUNDLE=gpu_carry/plans] \
 #   bash experiments/gpu/one_call.sh PROFILE_S PLANS_S EXTRA_S [PROFILE_ROUNDS] [PLAN_ROUNDS]
 # At most 8 files come back: profile/{records.jsonl,metadata.json,run.log,gpu.txt,lscpu.txt}, plans/{records.jsonl,
 # run.log}, timeline.txt.
@@ -13,9 +14,9 @@ root=$OUT
 mkdir -p "$root/profile" "$root/plans"
 timing=(--repeat 5 --min-repeat-ms 10)
 echo "start $(date -u +%T)" > "$root/timeline.txt"
-OUT=$root/profile bash experiments/gpu/measure.sh "$profile_s" --rounds "$profile_rounds" "${timing[@]}"
+OUT=$root/profile BUNDLE=${PROFILE_BUNDLE:-gpu_carry/bundle} bash experiments/gpu/measure.sh "$profile_s" --rounds "$profile_rounds" "${timing[@]}"
 echo "profile done at ${SECONDS} s" >> "$root/timeline.txt"
-OUT=$root/plans BUNDLE=gpu_carry/plans bash experiments/gpu/measure.sh "$plans_s" --rounds "$plan_rounds" "${timing[@]}"
+OUT=$root/plans BUNDLE=${PLAN_BUNDLE:-gpu_carry/plans} bash experiments/gpu/measure.sh "$plans_s" --rounds "$plan_rounds" "${timing[@]}"
 rm -f "$root/plans/gpu.txt" "$root/plans/lscpu.txt" "$root/plans/metadata.json"
 echo "plans done at ${SECONDS} s" >> "$root/timeline.txt"
 if [ "$extra_s" -gt 15 ] && [ -f gpu_carry/extra/manifest.json ]; then

@@ -72,11 +72,24 @@ def scaled_costs(costs, scale_by_target: dict):
 
 
 def _parse_variants(items, targets):
+    """``[(name, target kind or "handoff", value)]`` of ``TARGET=FACTOR`` and ``handoff=US`` items."""
     variants = []
     for item in items or []:
-        name, _, factor = item.partition("=")
-        variants.append((name, targets[name].kind, float(factor)))
+        name, _, value = item.partition("=")
+        variants.append((name, "handoff" if name == "handoff" else targets[name].kind, float(value)))
     return variants
+
+
+def variant_costs(costs, kind: str, value: float):
+    """``costs`` with one target kind's kernels priced ``value`` times, or (``kind == "handoff"``) with a GPU -> CPU
+    hand-off of ``value`` microseconds (:attr:`autoplace.solve.problem.CopyCost.handoff_us`)."""
+    import copy
+
+    if kind != "handoff":
+        return scaled_costs(costs, {kind: value})
+    other = copy.copy(costs)
+    other.handoff_ = {**costs.handoff_, "cuda->llvm": value}
+    return other
 
 
 def add_yardstick(profile_bundle: str, plan_bundle: str, per_target: int) -> int:
@@ -117,6 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="JSON of every plan's prediction and copies")
     parser.add_argument("--variants", nargs="*", default=[],
                         help="TARGET=FACTOR: also the plan autoplace picks with TARGET's kernels priced FACTOR times")
+    parser.add_argument("--only-candidates", action="store_true",
+                        help="with --variants: build only the candidates (e.g. appended to a bundle that has the rest)")
+    parser.add_argument("--skip-placements", help="a plans JSON (--out) whose placements are not built again")
     parser.add_argument("--no-build", action="store_true", help="only write --out (the plans are not compiled)")
     parser.add_argument("--yardstick", nargs=2, metavar=("PROFILE_BUNDLE", "N"),
                         help="also time N kernels of each target from the profile bundle with the plans: if the "
@@ -133,6 +149,12 @@ def main(argv=None) -> int:
     targets = TargetSet(json.loads(args.targets))
     caps = _parse_caps(args.gpu_cap_mb)
     plans, rows = {}, []
+    skip: dict = {}
+    if args.skip_placements:
+        with open(args.skip_placements) as f:
+            for row in json.load(f)["plans"]:
+                if row.get("placement_crc"):
+                    skip.setdefault(row["model"], set()).add(row["placement_crc"])
     for spec in args.models:
         t0 = time.perf_counter()
         model = zoo.parse(spec)
@@ -142,14 +164,16 @@ def main(argv=None) -> int:
             memory = {"gpu": caps[spec]} if spec in caps else None
             result = optimize(model, None, targets, profile_dir=args.profile, measure="never", memory_bytes=memory)
             found = candidate_plans(result, manual={"seed002": SEED002}, memory_greedy=True)
-            seen = {_crc(p) for _, p, _ in found.values() if p is not None}
+            seen = {_crc(p) for _, p, _ in found.values() if p is not None} | skip.get(spec, set())
+            if args.only_candidates:
+                found = {}
             for name, kind, factor in _parse_variants(args.variants, targets):
-                variant = optimize(model, None, targets, costs=scaled_costs(result.costs, {kind: factor}),
+                variant = optimize(model, None, targets, costs=variant_costs(result.costs, kind, factor),
                                    measure="never", memory_bytes=memory, progress=False)
                 if _crc(variant.placement) not in seen:
                     seen.add(_crc(variant.placement))
-                    found[f"candidate:{name}*{factor:g}"] = (variant.predicted_us, variant.placement,
-                                                             "a candidate: priced with scaled costs")
+                    label = f"candidate:{name}={factor:g}us" if kind == "handoff" else f"candidate:{name}*{factor:g}"
+                    found[label] = (variant.predicted_us, variant.placement, "a candidate: priced with scaled costs")
         else:
             graph = op_graph(model)
             found = {}
