@@ -302,7 +302,7 @@ def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one
     assert plan.assignment == {"x": "cpu", "hidden": "gpu", "head": "gpu", "out": "cpu"}
     assert plan.objective_us == pytest.approx(solve(plain, "all:gpu").objective_us)  # the output's copy: no hand-off
     mixed = {"x": "cpu", "hidden": "gpu", "head": "cpu", "out": "cpu"}
-    compute_us, copy_us, _ = recompute_cost_us(handoff, mixed)
+    _, copy_us, _ = recompute_cost_us(handoff, mixed)
     assert copy_us == pytest.approx(recompute_cost_us(plain, mixed)[1] + 60.0)
     for method in ("ilp", "brute_force"):
         assert solve(handoff, method).objective_us == pytest.approx(plan.objective_us)

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                              "call), measured by the timed plan of the same placement; writes *_resolved.csv")
     args = parser.parse_args(argv)
     df = plan_table(args.folder, "plans_resolved.json" if args.resolved else "plans_predicted.json")
-    df = df[df["plan"].str.startswith("candidate:") == False] if args.resolved else df  # noqa: E712
+    df = df[~df["plan"].str.startswith("candidate:")] if args.resolved else df
     summary = summary_table(df)
     suffix = "_resolved" if args.resolved else ""
     df.drop(columns=["placement_crc"]).to_csv(os.path.join(args.folder, f"plans{suffix}.csv"), index=False,
