@@ -988,3 +988,37 @@ def test_a_profile_timed_on_other_threads_warns(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         find_profiles({"llvm"}, root=str(root))
+
+
+def test_a_cuda_kernel_dlights_matmul_rule_fails_on_gets_the_other_rules_not_a_failed_model(monkeypatch):
+    """MobileNetV2 fuses a 1x1 conv2d, its bias, ReLU6 and the next depthwise layer's TF-style padding into one
+    kernel; dlight's matmul rule asserts on it ("consumers of the cache-write stage that are not properly inlined"),
+    which failed the whole model's CUDA build (mobilenetv2-base, session 38). Each CUDA kernel is scheduled alone and
+    that one gets the rules after the matmul rule."""
+    import torch
+    from tvm.s_tir import dlight
+
+    from autoplace import load_model
+    from autoplace.profile.units import extract_units
+    from autoplace.targets import TargetSet
+
+    failed, apply = [], dlight.ApplyDefaultSchedule
+
+    class Watched:
+        def __init__(self, *rules):
+            self.schedule = apply(*rules)
+
+        def __call__(self, mod):
+            try:
+                return self.schedule(mod)
+            except Exception:
+                failed.append([g.name_hint for g in mod.get_global_vars()])
+                raise
+
+    monkeypatch.setattr(dlight, "ApplyDefaultSchedule", Watched)
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1), torch.nn.ReLU6(), torch.nn.ZeroPad2d((0, 1, 0, 1)),
+                              torch.nn.Conv2d(32, 32, 3, stride=2, groups=32))
+    model = load_model(net.eval(), example_inputs=(torch.randn(1, 16, 14, 14),))
+    units = extract_units(model, TargetSet({"gpu": {"kind": "cuda", "arch": "sm_90"}})["gpu"].target)
+    assert failed == [["fused_conv2d_add_cuda_tir_clip_cuda_pad_cuda"]]  # the matmul rule, on that kernel alone
+    assert len(units) == 2
