@@ -89,6 +89,12 @@ FAMILIES = {
     # causal mask's rows), which a call's fixed cost decides, not their ops (session 37: the Zen 4's cost model had
     # priced llama's 8-element position-id chain of eight ops at twice its 8 ns from larger kernels of as many ops)
     "small_chain": "movement",
+    # a channels-last block's own kernels on small maps (ConvNeXt, and any NCHW model that normalises over channels):
+    # NCHW <-> NHWC permutes, a layer norm over rows of 8-96 channels, and the layer scale + residual kernel (the
+    # NHWC branch times gamma, permuted back and added to the NCHW stream, sometimes permuted again for the next
+    # block). Rows shorter than a vector or two, which LLVM vectorises erratically; on the Zen 4 the cost model had
+    # priced convnext's 64x8 layer-scale kernel 2.0-2.3x high and its transposes 0.67x (session 38)
+    "channels_last": "movement",
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
@@ -772,6 +778,57 @@ def _small_chain(rng, n: int) -> list[Model]:
     return models
 
 
+#: Channels and map sides of :data:`FAMILIES` ``channels_last`` (pairs with at most :data:`CHANNELS_LAST_MAX_ELEMS`).
+CHANNELS_LAST_CHANNELS = (8, 12, 16, 24, 32, 48, 64, 96)
+CHANNELS_LAST_MAPS = (2, 4, 7, 8, 14, 16, 28)
+CHANNELS_LAST_MAX_ELEMS = 1 << 15
+#: ``(channels, map)`` of the architecture suite's ConvNeXts (small: 8 x 8x8, 16 x 4x4; base: 32 x 16x16, 64 x 8x8):
+#: not drawn, so that leaving ConvNeXt out of the cost model's evaluation leaves its kernels out too.
+CHANNELS_LAST_HELD_OUT = ((8, 8), (16, 4), (32, 16), (64, 8))
+#: The kernels of a ``channels_last`` model, in turn.
+CHANNELS_LAST_KINDS = ("to_nhwc", "layer_norm", "scale_residual", "scale_residual_nhwc", "to_nchw", "layer_norm_nchw")
+
+
+def _channels_last(rng, n: int) -> list[Model]:
+    """A channels-last block's kernels (:data:`CHANNELS_LAST_KINDS`) on ``(channels, map)`` pairs drawn from
+    :data:`CHANNELS_LAST_CHANNELS` x :data:`CHANNELS_LAST_MAPS`: a permute NCHW -> NHWC or back, a layer norm over
+    the channels of an NHWC map (or of an NCHW map permuted in the same kernel), and the layer scale + residual
+    kernel as the PyTorch frontend fuses it (the ``(pixels, channels)`` branch reshaped to NHWC, times gamma,
+    permuted to NCHW and added to the residual stream; ``_nhwc``: permuted back for the next block)."""
+    from tvm import relax
+
+    op = relax.op
+    pairs = [(c, h) for c in CHANNELS_LAST_CHANNELS for h in CHANNELS_LAST_MAPS
+             if c * h * h <= CHANNELS_LAST_MAX_ELEMS and (c, h) not in CHANNELS_LAST_HELD_OUT]
+    order = rng.permutation(len(pairs))  # every model its own pair (while pairs last)
+    models = []
+    for i in range(n):
+        kind = CHANNELS_LAST_KINDS[i % len(CHANNELS_LAST_KINDS)]
+        c, h = pairs[int(order[i % len(pairs)])]
+        gamma, beta = _const(rng, (c,)), _const(rng, (c,))
+        if kind in ("to_nhwc", "to_nchw"):
+            shape, axes = ((1, c, h, h), [0, 2, 3, 1]) if kind == "to_nhwc" else ((1, h, h, c), [0, 3, 1, 2])
+            models.append(_model(f"ops-channels_last-{kind}-{_dims(shape)}", _f32(shape),
+                                 lambda bb, x, axes=axes: op.permute_dims(x, axes)))
+        elif kind == "layer_norm":
+            models.append(_model(f"ops-channels_last-{kind}-{_dims((1, h, h, c))}", _f32((1, h, h, c)),
+                                 lambda bb, x, g=gamma, b=beta: op.nn.layer_norm(x, g, b, axes=[-1])))
+        elif kind == "layer_norm_nchw":  # ConvNeXt's downsampling norm: permute, normalise, permute back
+            def body(bb, x, g=gamma, b=beta):
+                y = bb.emit(op.nn.layer_norm(bb.emit(op.permute_dims(x, [0, 2, 3, 1])), g, b, axes=[-1]))
+                return op.permute_dims(y, [0, 3, 1, 2])
+
+            models.append(_model(f"ops-channels_last-{kind}-{_dims((1, c, h, h))}", _f32((1, c, h, h)), body))
+        else:
+            def body(bb, y, x, g=gamma, c=c, h=h, again=kind.endswith("_nhwc")):
+                scaled = bb.emit(op.multiply(bb.emit(op.reshape(y, (1, h, h, c))), g))
+                out = bb.emit(op.add(x, bb.emit(op.permute_dims(scaled, [0, 3, 1, 2]))))
+                return op.permute_dims(out, [0, 2, 3, 1]) if again else out
+
+            models.append(_model(f"ops-channels_last-{kind}-{h * h}x{c}", _f32((h * h, c), (1, c, h, h)), body))
+    return models
+
+
 #: ``(channels, map)`` of :data:`FAMILIES` ``global_pool``: the last feature maps of torchvision's ResNets
 #: (512 / 2048 x 7x7), MobileNetV2 (1280 x 7x7), ConvNeXt / Swin (768 x 7x7), EfficientNet-style and
 #: Inception heads (384 x 14x14, 64 x 56x56), a CIFAR net's; on the Intel Xeon f6m207 the cost model had priced
@@ -1146,7 +1203,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20, "small_chain": 16}
+          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24}
 DEFAULT_COUNT = 4
 
 
@@ -1202,6 +1259,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _residual(rng, count)
     if family == "small_chain":
         return _small_chain(rng, count)
+    if family == "channels_last":
+        return _channels_last(rng, count)
     if group == "elementwise":
         return _elementwise(rng, family, count, tiny=tiny)
     if family in ("mean", "sum", "max"):
