@@ -820,7 +820,9 @@ def _channels_last(rng, n: int) -> list[Model]:
 
             models.append(_model(f"ops-channels_last-{kind}-{_dims((1, c, h, h))}", _f32((1, c, h, h)), body))
         else:
-            def body(bb, y, x, g=gamma, c=c, h=h, again=kind.endswith("_nhwc")):
+            again = kind.endswith("_nhwc")
+
+            def body(bb, y, x, g=gamma, c=c, h=h, again=again):
                 scaled = bb.emit(op.multiply(bb.emit(op.reshape(y, (1, h, h, c))), g))
                 out = bb.emit(op.add(x, bb.emit(op.permute_dims(scaled, [0, 3, 1, 2]))))
                 return op.permute_dims(out, [0, 2, 3, 1]) if again else out

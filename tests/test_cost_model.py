@@ -472,6 +472,34 @@ def test_cost_table_prices_copies_between_their_measured_sizes(records):
     assert table.copy_us("llvm:0", "llvm:1", 1e6) == pytest.approx(0.6 + 30.0)  # no sizes measured: the fit
 
 
+def test_a_measured_gpu_to_cpu_hand_off_reaches_the_solver_through_the_copy_cost(records, tmp_path):
+    """The hand-off probes' timings (``experiments/gpu/handoff_probes.py``: the mixed plan less its parts, per size,
+    median over sizes) become one ``kind="handoff"`` record; the cost table gives it to every GPU -> CPU copy cost
+    (each device pair of those kinds) and to no other direction."""
+    import json
+
+    from experiments.gpu.handoff_probes import handoff_record
+
+    medians = {"handoff-64x2048:gpu>cpu": 300.0, "relu-64x2048:all:gpu": 200.0, "handoff-64x2048:all:cpu": 60.0,
+               "relu-64x2048:all:cpu": 20.0, "handoff-4x64:gpu>cpu": 90.0, "relu-4x64:all:gpu": 50.0,
+               "handoff-4x64:all:cpu": 5.0, "relu-4x64:all:cpu": 3.0}
+    path = tmp_path / "plan_records.jsonl"
+    with open(path, "w") as f:
+        f.writelines(json.dumps(dict(kind="plan", key=key, status="ok", round=r + 1, median_us=us * jitter,
+                                     hardware_id="box", tvm_version="0.27")) + "\n"
+                     for key, us in medians.items() for r, jitter in enumerate((1.0, 1.1, 0.9)))
+    record = handoff_record(str(path))
+    assert record["handoff_us_by_size"] == pytest.approx({"64x2048": 60.0, "4x64": 38.0})
+    assert record["handoff_us"] == pytest.approx(49.0) and record["rounds"] == 3 and record["target"] == "cuda->llvm"
+    fits = pd.DataFrame([dict(kind="copy_fit", key="fit", target=t, status="ok", alpha_us=10.0, us_per_byte=1e-4)
+                         for t in ("llvm:0->cuda:0", "cuda:0->llvm:0")])
+    table = CostTable(pd.concat([records, fits, pd.DataFrame([record])], ignore_index=True))
+    assert table.copy_cost("cuda:0", "llvm:0").handoff_us == pytest.approx(49.0)
+    assert table.copy_cost("cuda:1", "llvm:0").handoff_us == pytest.approx(49.0)  # same kinds, no fit of its own
+    assert table.copy_cost("llvm:0", "cuda:0").handoff_us == 0.0
+    assert CostTable(pd.concat([records, fits], ignore_index=True)).copy_cost("cuda:0", "llvm:0").handoff_us == 0.0
+
+
 def test_cost_table_trains_a_named_model_and_loads_a_saved_one(records, model, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ForeignProfileWarning)

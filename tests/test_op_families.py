@@ -248,7 +248,7 @@ def test_channels_last_kernels_are_a_blocks_permutes_norms_and_layer_scales_with
     assert len(models) == len({m.name for m in models}) == 24
     assert {m.name.split("-")[2] for m in models} == set(CHANNELS_LAST_KINDS)
     for m in models:
-        kind, dims = m.name.split("-")[2:4]
+        kind = m.name.split("-")[2]
         params = [[int(d) for d in p.ty.shape] for p in m.mod["main"].params]
         if kind.startswith("scale_residual"):
             (pixels, c), (_, c2, h, w) = params[:2]  # then the weights (gamma)
