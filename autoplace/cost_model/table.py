@@ -291,9 +291,9 @@ class CostTable:
             for label, rows in copies.groupby("target"):  # each size's median over the profile's records of it
                 sizes = rows.groupby("nbytes")["median_us"].median()
                 self.copy_points_[str(label)] = list(zip(sizes.index.astype(float), sizes.to_numpy(dtype=float)))
-            ok = (df["kind"] == "handoff") & (status == "ok")
-            for pair, rows in df[ok].groupby("target") if "handoff_us" in df else ():
-                self.handoff_[str(pair)] = float(rows["handoff_us"].median())
+            if "handoff_us" in df:  # per pair of kinds ("cuda->llvm"), the median of its records
+                handoffs = df[(df["kind"] == "handoff") & (status == "ok")]
+                self.handoff_ = {str(pair): float(us) for pair, us in handoffs.groupby("target")["handoff_us"].median().items()}
             self._fit_overheads(df)
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))

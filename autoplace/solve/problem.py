@@ -52,9 +52,11 @@ class CopyCost:
 
     def __init__(self, alpha_us: float, us_per_byte: float, points=None, handoff_us: float = 0.0):
         self.alpha_us, self.us_per_byte = float(alpha_us), float(us_per_byte)
-        #: Extra microseconds when the copied tensor feeds a kernel on the destination (not only the model's
-        #: output): the destination waits for the source's work, then resumes (GPU -> CPU: the CPU's thread pool
-        #: went to sleep while the copy waited). Measured by hand-off probes (``experiments/gpu/handoff_probes.py``).
+        #: Extra microseconds when the copied tensor feeds a kernel (not only the model's output): the destination
+        #: waits for the source's work, then resumes (GPU -> CPU: the CPU's thread pool went to sleep while the copy
+        #: waited). Measured by hand-off probes (``experiments/gpu/handoff_probes.py``). Charged per tensor, not per
+        #: placement: a tensor that feeds a kernel anywhere pays it on every copy, also one that only returns it as
+        #: an output (exact when its kernels all run on the copy's destination, the case the probes time).
         self.handoff_us = float(handoff_us)
         self.points = None
         if points is not None and len(points):
@@ -184,8 +186,8 @@ class PlacementProblem:
         Where each node runs in the program (any increasing numbers; ties allowed). Default: node
         order. Tensors are live from their producer's position to their last consumer's.
     copy_handoff_us : array_like of float, shape (n_targets, n_targets), optional
-        Extra latency of a copy from ``s`` to ``d`` whose tensor feeds a kernel on ``d`` (a consumer that makes
-        a tensor itself, not only a sink such as the model's output; :attr:`tensor_feeds_kernel`): see
+        Extra latency of a copy from ``s`` to ``d`` whose tensor feeds a kernel (a consumer that makes a tensor
+        itself, not only a sink such as the model's output; :attr:`tensor_feeds_kernel`): see
         :attr:`CopyCost.handoff_us`. Default: none.
 
     Raises

@@ -13,7 +13,6 @@ probes of ``handoff_probes.py``; this table says how much the choice depends on 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -34,23 +33,12 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, os.path.dirname(__file__))
     from plans import TARGETS, _crc, _parse_caps, variant_costs
+    from table import timed_plans
 
     from autoplace import optimize, zoo
     from autoplace.targets import TargetSet
 
-    with open(os.path.join(args.folder, "raw", "plans_predicted.json")) as f:
-        built = json.load(f)["plans"]
-    rounds: dict = {}
-    with open(os.path.join(args.folder, "raw", "plan_records.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("kind") == "plan" and r.get("status") == "ok":
-                rounds.setdefault(r["key"], []).append(float(r["median_us"]))
-    timed = {}
-    for p in built:
-        key = f"{p['model']}:{p['plan']}"
-        if key in rounds and p.get("placement_crc"):
-            timed.setdefault((p["model"], p["placement_crc"]), (p["plan"], float(np.median(rounds[key]))))
+    by_key, timed_crc = timed_plans(args.folder)
     targets = TargetSet(TARGETS)
     caps = _parse_caps(args.gpu_cap_mb)
     rows = []
@@ -63,7 +51,8 @@ def main(argv=None) -> int:
             result = optimize(model, None, targets, costs=variant_costs(base.costs, "handoff", handoff),
                               measure="never", memory_bytes=memory, progress=False)
             crc = _crc(result.placement)
-            label, median = timed.get((spec, crc), (None, np.nan))
+            label = (timed_crc.get((spec, crc)) or [None])[0]
+            median = float(np.median([r["median_us"] for r in by_key[f"{spec}:{label}"]])) if label else np.nan
             rows.append(dict(model=spec, handoff_us=handoff, **{f"{t}_kernels": n for t, n in
                                                                 result.placement.ops_per_target().items()},
                              copies=len(result.placement.copies), predicted_us=result.predicted_us,

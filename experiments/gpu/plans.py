@@ -54,20 +54,17 @@ def scaled_costs(costs, scale_by_target: dict):
     ``scale_by_target[kind]`` times (copies and call overheads unchanged): a candidate plan's pricing."""
     import copy
 
-    base = type(costs)
+    from autoplace.targets import kind_of_label
 
-    class ScaledCostTable(base):
-        def latencies(self, units, target_kind=None, **kwargs):
-            from autoplace.targets import kind_of_label
-
-            frame = base.latencies(self, units, target_kind, **kwargs)
-            factor = frame["target"].map(lambda t: scale_by_target.get(kind_of_label(t), 1.0)).astype(float)
-            for column in ("latency_us", "band_lo_us", "band_hi_us"):
-                frame[column] = frame[column] * factor
-            return frame
+    def latencies(units, target_kind=None, **kwargs):
+        frame = costs.latencies(units, target_kind, **kwargs)
+        factor = frame["target"].map(lambda t: scale_by_target.get(kind_of_label(t), 1.0)).astype(float)
+        for column in ("latency_us", "band_lo_us", "band_hi_us"):
+            frame[column] = frame[column] * factor
+        return frame
 
     scaled = copy.copy(costs)
-    scaled.__class__ = ScaledCostTable
+    scaled.latencies = latencies  # every price of a kernel goes through it (unit_latency_us too)
     return scaled
 
 

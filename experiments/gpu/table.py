@@ -25,6 +25,24 @@ import numpy as np
 import pandas as pd
 
 
+def timed_plans(folder: str) -> tuple[dict, dict]:
+    """What the box timed: ``{"<model>:<plan>": [its ok round records]}`` from ``raw/plan_records.jsonl``, and
+    ``{(model, placement crc): [labels timed with that placement, in bundle order]}`` with ``raw/plans_predicted.json``."""
+    by_key: dict = {}
+    with open(os.path.join(folder, "raw", "plan_records.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("kind") == "plan" and r.get("status") == "ok":
+                by_key.setdefault(r["key"], []).append(r)
+    with open(os.path.join(folder, "raw", "plans_predicted.json")) as f:
+        built = json.load(f)
+    timed_crc: dict = {}
+    for p in built["plans"]:
+        if by_key.get(f"{p['model']}:{p['plan']}") and p.get("placement_crc"):
+            timed_crc.setdefault((p["model"], p["placement_crc"]), []).append(p["plan"])
+    return by_key, timed_crc
+
+
 def plan_table(folder: str, predictions: str = "plans_predicted.json") -> pd.DataFrame:
     """One row per plan of ``raw/<predictions>``, with the measurement of the timed plan of the same placement.
 
@@ -33,20 +51,9 @@ def plan_table(folder: str, predictions: str = "plans_predicted.json") -> pd.Dat
     and the cost-based baselines pick there). A row's measurement is its own label's where that label was timed
     with the same placement, else that of a timed plan (``timed_as``) with the same placement (a candidate), else none.
     """
-    with open(os.path.join(folder, "raw", "plan_records.jsonl")) as f:
-        records = [json.loads(line) for line in f]
-    with open(os.path.join(folder, "raw", "plans_predicted.json")) as f:
-        built = json.load(f)
+    by_key, timed_crc = timed_plans(folder)
     with open(os.path.join(folder, "raw", predictions)) as f:
         predicted = json.load(f)
-    by_key: dict = {}
-    for r in records:
-        if r.get("kind") == "plan" and r.get("status") == "ok":
-            by_key.setdefault(r["key"], []).append(r)
-    timed_crc: dict = {}  # (model, placement crc) -> labels timed with it, in bundle order
-    for p in built["plans"]:
-        if by_key.get(f"{p['model']}:{p['plan']}") and p.get("placement_crc"):
-            timed_crc.setdefault((p["model"], p["placement_crc"]), []).append(p["plan"])
     rows = []
     for p in predicted["plans"]:
         labels = timed_crc.get((p["model"], p.get("placement_crc")), [])
