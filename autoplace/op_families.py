@@ -123,6 +123,9 @@ FAMILIES = {
     # inputs, the last stages of larger ones): expand (+ ReLU6, + the next depthwise convolution's TF pad) and
     # project (+ the residual add); rows of 2-4 pixels, output channels 12 at a time in the register tile
     "conv_small_maps": "conv",
+    # a basic residual block's 3x3 convolutions (and its 1x1 stride-2 shortcut) giving 1x1, 2x2 and 4x4 maps with
+    # 32-512 channels: the last stages of a ResNet on 32x32-64x64 images, where ``cnn_pow2``'s smallest map is 8
+    "cnn_tiny_maps": "conv",
     # stride-1 convolutions (with bias + ReLU) on maps whose rows no vector divides (17, 19, 23, 29, 38: Inception-v3's
     # 17x17 stage with its 1x7 / 7x1 pairs, YOLO's 19x19 / 38x38 heads): since CPU schedule 9 computed over the
     # flattened map, 4-29x faster than in rows (experiments/conv_rows.py), so unlike any other odd-row convolution
@@ -929,6 +932,55 @@ def _cnn_pow2_mixed(rng, n: int) -> list[Model]:
     return _cnn_pow2(rng, n, family="cnn_pow2_mixed", channels=MIXED_CHANNELS, maps=MIXED_MAPS, widest=2, rotate=True)
 
 
+
+#: Output channels of :func:`_cnn_tiny_maps`: a ResNet's last stages at widths 0.25-1 and the mixed widths between.
+TINY_MAP_CHANNELS = (32, 48, 64, 96, 128, 192, 256, 384, 512)
+#: Output map sizes of :func:`_cnn_tiny_maps`: what a ResNet's last stage gives on 32x32-64x64 images.
+TINY_MAP_OUTPUTS = (1, 2, 4)
+#: ``(output channels, output map)`` of the architecture suite's ResNets on maps of 4 and less (base: 64 x 4x4,
+#: 128 x 2x2; small: 16 x 4x4): not drawn, so that leaving ResNet out of the cost model's evaluation leaves its
+#: kernels out too.
+TINY_MAP_HELD_OUT = ((64, 4), (128, 2), (16, 4))
+#: The convolutions of a basic residual block, in turn: ``(kernel, stride, tail)``.
+TINY_MAP_OPS = ((3, 1, "-relu"), (3, 1, "-residual-relu"), (3, 2, "-relu"), (1, 2, ""))
+
+
+def _cnn_tiny_maps(rng, n: int) -> list[Model]:
+    """A basic residual block's convolutions whose outputs are 1x1, 2x2 or 4x4 maps (the last stages of a ResNet on
+    small images), :data:`TINY_MAP_OPS` in turn: 3x3 + bias + ReLU, the same with the shortcut added before the
+    ReLU, 3x3 stride 2 (widening 2x) + bias + ReLU, and the 1x1 stride-2 shortcut + bias. A map of 2-4 pixels
+    a row and 9 taps mostly in the padding: on the Zen 4 resnet-base's 3x3 convolutions on 2x2 maps ran at
+    two thirds of what the 8x8-128x128 maps of ``cnn_pow2`` made the cost model price them (session 39)."""
+    from tvm import relax
+
+    op = relax.op
+    widths = {h: [c for c in TINY_MAP_CHANNELS if (c, h) not in TINY_MAP_HELD_OUT] for h in TINY_MAP_OUTPUTS}
+    orders = {h: rng.permutation(len(cs)) for h, cs in widths.items()}  # on each map, every model its own width
+    drawn = set()
+    models = []
+    for i in range(n):
+        k, s, tail = TINY_MAP_OPS[i % len(TINY_MAP_OPS)]
+        h = TINY_MAP_OUTPUTS[i // len(TINY_MAP_OPS) % len(TINY_MAP_OUTPUTS)]  # every (op, map) in turn
+        seen = i // (len(TINY_MAP_OPS) * len(TINY_MAP_OUTPUTS)) * len(TINY_MAP_OPS) + i % len(TINY_MAP_OPS)
+        # the next width in this map's order that this op has not had on it yet
+        ring = [widths[h][int(j)] for j in np.roll(orders[h], -seen)]
+        cout = next((c for c in ring if (k, s, tail, c, h) not in drawn), ring[0])
+        drawn.add((k, s, tail, cout, h))
+        cin, h_in = (cout // 2 if s == 2 else cout), h * s
+        weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
+        shortcut = _const(rng, (1, cout, h, h))
+
+        def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
+            y = op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b)
+            if tail == "-residual-relu":
+                y = op.add(bb.emit(y), r)
+            return op.nn.relu(bb.emit(y)) if tail else y
+
+        models.append(_model(f"ops-cnn_tiny_maps-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
+                             _f32((1, cin, h_in, h_in)), body))
+    return models
+
+
 #: Block widths of a MobileNetV2 at depth multipliers 0.25-1 (input, before the 6x expansion).
 SMALL_MAP_CHANNELS = (8, 16, 24, 32, 40, 64, 96)
 
@@ -1205,7 +1257,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24}
+          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48}
 DEFAULT_COUNT = 4
 
 
@@ -1285,6 +1337,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _cnn_pow2_mixed(rng, count)
     if family == "conv_small_maps":
         return _conv_small_maps(rng, count)
+    if family == "cnn_tiny_maps":
+        return _cnn_tiny_maps(rng, count)
     if family == "conv_stem":
         return _conv_stem(rng, count)
     if family == "conv_head":
