@@ -932,7 +932,6 @@ def _cnn_pow2_mixed(rng, n: int) -> list[Model]:
     return _cnn_pow2(rng, n, family="cnn_pow2_mixed", channels=MIXED_CHANNELS, maps=MIXED_MAPS, widest=2, rotate=True)
 
 
-
 #: Output channels of :func:`_cnn_tiny_maps`: a ResNet's last stages at widths 0.25-1 and the mixed widths between.
 TINY_MAP_CHANNELS = (32, 48, 64, 96, 128, 192, 256, 384, 512)
 #: Output map sizes of :func:`_cnn_tiny_maps`: what a ResNet's last stage gives on 32x32-64x64 images.
@@ -948,22 +947,22 @@ TINY_MAP_OPS = ((3, 1, "-relu"), (3, 1, "-residual-relu"), (3, 2, "-relu"), (1, 
 def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     """A basic residual block's convolutions whose outputs are 1x1, 2x2 or 4x4 maps (the last stages of a ResNet on
     small images), :data:`TINY_MAP_OPS` in turn: 3x3 + bias + ReLU, the same with the shortcut added before the
-    ReLU, 3x3 stride 2 (widening 2x) + bias + ReLU, and the 1x1 stride-2 shortcut + bias. A map of 2-4 pixels
-    a row and 9 taps mostly in the padding: on the Zen 4 resnet-base's 3x3 convolutions on 2x2 maps ran at
-    two thirds of what the 8x8-128x128 maps of ``cnn_pow2`` made the cost model price them (session 39)."""
+    ReLU, 3x3 stride 2 (widening 2x) + bias + ReLU, and the 1x1 stride-2 shortcut + bias. Rows of 1-4 pixels and
+    taps mostly in the padding: on the Zen 4 resnet-base's 3x3 convolutions on 2x2 maps ran in about 0.6x of what
+    the cost model had priced them at from ``cnn_pow2``'s maps of 8 and more (session 39)."""
     from tvm import relax
 
     op = relax.op
     widths = {h: [c for c in TINY_MAP_CHANNELS if (c, h) not in TINY_MAP_HELD_OUT] for h in TINY_MAP_OUTPUTS}
     orders = {h: rng.permutation(len(cs)) for h, cs in widths.items()}  # on each map, every model its own width
-    drawn = set()
+    drawn, on_map = set(), dict.fromkeys(TINY_MAP_OUTPUTS, 0)
     models = []
     for i in range(n):
         k, s, tail = TINY_MAP_OPS[i % len(TINY_MAP_OPS)]
         h = TINY_MAP_OUTPUTS[i // len(TINY_MAP_OPS) % len(TINY_MAP_OUTPUTS)]  # every (op, map) in turn
-        seen = i // (len(TINY_MAP_OPS) * len(TINY_MAP_OUTPUTS)) * len(TINY_MAP_OPS) + i % len(TINY_MAP_OPS)
         # the next width in this map's order that this op has not had on it yet
-        ring = [widths[h][int(j)] for j in np.roll(orders[h], -seen)]
+        ring = [widths[h][int(j)] for j in np.roll(orders[h], -on_map[h])]
+        on_map[h] += 1
         cout = next((c for c in ring if (k, s, tail, c, h) not in drawn), ring[0])
         drawn.add((k, s, tail, cout, h))
         cin, h_in = (cout // 2 if s == 2 else cout), h * s

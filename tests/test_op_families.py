@@ -251,15 +251,12 @@ def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_withou
     assert len(models) == len({m.name for m in models}) == 48
     seen = []
     for m in models:
-        calls = []
+        ops = []
         relax.analysis.post_order_visit(
-            m.mod["main"], lambda e, calls=calls: calls.append(e.op.name) if isinstance(e, relax.Call)
+            m.mod["main"], lambda e, ops=ops: ops.append(e) if isinstance(e, relax.Call)
             and isinstance(e.op, tvm.ir.Op) else None)
-        convs = []
-        relax.analysis.post_order_visit(
-            m.mod["main"], lambda e, convs=convs: convs.append(e) if isinstance(e, relax.Call)
-            and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
-        (conv,) = convs
+        calls = [e.op.name for e in ops]
+        (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
         cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
         cout, k = int(conv.args[1].ty.shape[0]), int(conv.args[1].ty.shape[2])
         stride, h = int(conv.attrs.strides[0]), int(list(conv.ty.shape)[-1])
