@@ -95,6 +95,19 @@ FAMILIES = {
     # block). Rows shorter than a vector or two, which LLVM vectorises erratically; on the Zen 4 the cost model had
     # priced convnext's 64x8 layer-scale kernel 2.0-2.3x high and its transposes 0.67x (session 38)
     "channels_last": "movement",
+    # 2x2 space-to-depth by four ``::2`` strided slices and a concatenation, one fused kernel: the patch merging of
+    # hierarchical vision transformers (Swin: ``(1, H*W, C)`` tokens viewed as ``(1, H, W, C)``, sliced, concatenated
+    # over channels to ``(1, H*W/4, 4C)``; with the block's residual add fused in front) and YOLOv5's Focus layer
+    # (NCHW, over channels). On the Zen 4 the cost model had priced swin-base's two at 0.09x of their 11-31 us:
+    # nothing like them had been profiled (session 40)
+    "space_to_depth": "movement",
+    # a shifted-window attention's scores as Swin's blocks finish them before the softmax, one fused kernel: the
+    # ``(windows * heads, S, S)`` product reshaped, scaled, plus the relative-position bias (gathered from its table,
+    # permuted to heads first) and, in shifted blocks, the window mask the PyTorch frontend computes on every call
+    # (region ids from compares of two aranges, partitioned into windows like the map, pairwise differences, two
+    # wheres): 30-40 ops over int64 and float32. On the Zen 4 the cost model had priced swin-base's 0.40-0.49x
+    # (session 40)
+    "window_attn_bias": "elementwise",
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
@@ -136,6 +149,11 @@ FAMILIES = {
     # registers; on the Zen 4 the cost model had priced mobilenetv2's 8x8 and 16x16 ones 1.8-2.8x high from
     # the odd-width maps of conv2d_tfpad and conv2d_k3s1dw (session 37)
     "conv_dw_pow2": "conv",
+    # a ConvNeXt block's 7x7 depthwise convolution (+ bias), and 5x5 / 3x3 ones, on the 2x2-16x16 maps of its late
+    # stages (ConvNeXt on small images, or at 224 pixels its 7x7 and 14x14 stages) with 32-768 channels: a window
+    # wider than the map, most taps in the padding; on the Zen 4 the cost model had priced convnext-base's 7x7 ones
+    # on 4x4 and 2x2 maps 0.62x and 0.41x from larger maps (session 40)
+    "conv_dw_tiny_maps": "conv",
     # pooling
     "max_pool2d": "pool",
     "avg_pool2d": "pool",
@@ -980,6 +998,163 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     return models
 
 
+#: Kinds of :data:`FAMILIES` ``space_to_depth`` models, in turn: Swin's patch merging with the residual add fused in
+#: front (``(H*W, C)`` branch + ``(1, H*W, C)`` stream), without it, and YOLOv5's Focus (NCHW).
+SPACE_TO_DEPTH_KINDS = ("tokens_residual", "tokens", "nchw")
+#: Map sizes (before merging) and channel counts of ``space_to_depth``: Swin's stages at 64-224 pixels and embedding
+#: widths 16-192 (and 4C of the earlier merges), YOLO's images and early maps (3-64 channels).
+SPACE_TO_DEPTH_MAPS = (4, 8, 14, 16, 28, 32, 56)
+SPACE_TO_DEPTH_CHANNELS = (3, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
+SPACE_TO_DEPTH_MAX_ELEMS = 1 << 18
+#: ``(channels, map)`` of the architecture suite's Swins' patch merging (base: 48 x 16x16, 96 x 8x8; small: 16 x
+#: 8x8): not drawn, so that leaving Swin out of the cost model's evaluation leaves its kernels out too.
+SPACE_TO_DEPTH_HELD_OUT = ((48, 16), (96, 8), (16, 8))
+
+
+def _space_to_depth(rng, n: int) -> list[Model]:
+    """2x2 space-to-depth (:data:`SPACE_TO_DEPTH_KINDS` in turn) on ``(channels, map)`` pairs drawn from
+    :data:`SPACE_TO_DEPTH_CHANNELS` x :data:`SPACE_TO_DEPTH_MAPS` (every model its own pair): the four
+    ``x[.., a::2, b::2]`` views as the PyTorch frontend emits them (one ``strided_slice`` per axis, in Swin's order
+    (0, 0), (1, 0), (0, 1), (1, 1)), concatenated over channels."""
+    from tvm import relax
+
+    op = relax.op
+    pairs = [(c, h) for c in SPACE_TO_DEPTH_CHANNELS for h in SPACE_TO_DEPTH_MAPS
+             if c * h * h <= SPACE_TO_DEPTH_MAX_ELEMS and (c, h) not in SPACE_TO_DEPTH_HELD_OUT]
+    order = rng.permutation(len(pairs))
+    models, drawn = [], 0
+
+    def quarters(x, rows, cols, extent):
+        """The four ``x[.., a::2, b::2]`` of axes ``rows`` and ``cols``, one strided slice per axis."""
+        def view(t, axis, start):
+            return op.strided_slice(t, axes=[axis], begin=[start], end=[extent], strides=[2])
+
+        return [view(view(x, rows, a), cols, b) for a, b in ((0, 0), (1, 0), (0, 1), (1, 1))]
+
+    for i in range(n):
+        kind = SPACE_TO_DEPTH_KINDS[i % len(SPACE_TO_DEPTH_KINDS)]
+        # the next pair in the order (tokens: a transformer's width, 12 channels and more)
+        while True:
+            c, h = pairs[int(order[drawn % len(pairs)])]
+            drawn += 1
+            if kind == "nchw" or c >= 12:
+                break
+        if kind == "nchw":  # YOLOv5's Focus: (1, C, H, W) -> (1, 4C, H/2, W/2)
+            models.append(_model(f"ops-space_to_depth-{kind}-{c}x{h}x{h}", _f32((1, c, h, h)),
+                                 lambda bb, x, h=h: op.concat(quarters(x, 2, 3, h), axis=1)))
+            continue
+        residual = kind == "tokens_residual"
+
+        def body(bb, *args, c=c, h=h, residual=residual):
+            if residual:  # the block's branch (rows of the last linear layer) added to the stream
+                y, x = args
+                x = bb.emit(op.add(bb.emit(op.reshape(y, (1, h * h, c))), x))
+            else:
+                (x,) = args
+            grid = bb.emit(op.reshape(x, (1, h, h, c)))
+            merged = bb.emit(op.concat(quarters(grid, 1, 2, h), axis=3))
+            return op.reshape(merged, (1, h * h // 4, 4 * c))
+
+        shapes = ((h * h, c), (1, h * h, c)) if residual else ((1, h * h, c),)
+        models.append(_model(f"ops-space_to_depth-{kind}-{h * h}x{c}", _f32(*shapes), body))
+    return models
+
+
+#: ``(map side, window side)`` of :data:`FAMILIES` ``window_attn_bias`` (Swin at 64-224 pixels, windows of 2-8) and
+#: its head counts.
+WINDOW_MAPS = ((8, 2), (8, 4), (14, 7), (16, 4), (16, 8), (28, 7), (32, 4), (32, 8), (56, 7), (12, 4), (24, 4))
+WINDOW_HEADS = (1, 2, 3, 4, 6, 8, 12)
+#: Largest score count ``map**2 * window**2 * heads`` of a ``window_attn_bias`` model.
+WINDOW_MAX_SCORES = 1 << 20
+#: ``(map, window, heads)`` of the architecture suite's Swins (base: 16/4/3, 8/4/6, 4/4/12; small: 8/4/1, 4/4/2):
+#: not drawn, so that leaving Swin out of the cost model's evaluation leaves its kernels out too.
+WINDOW_HELD_OUT = ((16, 4, 3), (8, 4, 6), (4, 4, 12), (8, 4, 1), (4, 4, 2))
+
+
+def _window_attn_bias(rng, n: int) -> list[Model]:
+    """Swin's attention scores before the softmax (see :data:`FAMILIES`), shifted (with the mask) and plain blocks
+    in turn, on ``(map, window)`` pairs of :data:`WINDOW_MAPS` with a head count of :data:`WINDOW_HEADS` (no
+    :data:`WINDOW_HELD_OUT` triple), as Hugging Face's ``SwinModel`` computes them: region ids ``(i >= H - w) + (i >=
+    H - w / 2)`` per row and column, ``3 * row + column``, partitioned into windows, pairwise differences, -100
+    where they differ; the bias table gathered ahead (``(S*S, heads)``, a take of its own) is an input."""
+    from tvm import relax
+
+    op = relax.op
+    triples = [(h, w, nh) for h, w in WINDOW_MAPS for nh in WINDOW_HEADS
+               if h * h * w * w * nh <= WINDOW_MAX_SCORES and (h, w, nh) not in WINDOW_HELD_OUT]
+    order = rng.permutation(len(triples))
+    models = []
+    for i in range(n):
+        h, w, nh = triples[int(order[i % len(triples)])]
+        shifted = i % 2 == 0
+        windows, s = (h // w) ** 2, w * w
+        scale = relax.const(0.25, "float32")  # 1 / sqrt(head_dim) of 16-wide heads
+
+        def region(bb, w=w, h=h):
+            """``(1, H, H, 1)`` region ids of the shifted map, as float32."""
+            def ids():
+                rows = bb.emit(op.arange(0, h, 1, dtype="int64"))
+                edges = [op.astype(op.greater_equal(rows, relax.const(h - e, "int64")), "int64") for e in (w, w // 2)]
+                return bb.emit(op.add(*edges))
+
+            rows = op.multiply(op.expand_dims(ids(), [0, 2, 3]), relax.const(3, "int64"))
+            return bb.emit(op.astype(op.add(rows, op.expand_dims(ids(), [0, 1, 3])), "float32"))
+
+        def body(bb, scores, bias, h=h, w=w, nh=nh, windows=windows, s=s, scale=scale, shifted=shifted):
+            table = bb.emit(op.expand_dims(op.permute_dims(op.reshape(bias, (s, s, nh)), [2, 0, 1]), [0]))
+            if shifted:  # (1, nh, S, S) + (windows, 1, S, S)
+                mapped = op.reshape(region(bb), (1, h // w, w, h // w, w, 1))
+                mapped = bb.emit(op.reshape(op.permute_dims(mapped, [0, 1, 3, 2, 4, 5]), (windows, s)))
+                diff = bb.emit(op.subtract(op.expand_dims(mapped, 1), op.expand_dims(mapped, 2)))
+                mask = op.where(op.not_equal(diff, relax.const(0.0)), relax.const(-100.0), diff)
+                mask = bb.emit(op.where(op.equal(diff, relax.const(0.0)), relax.const(0.0), mask))
+                table = bb.emit(op.add(table, op.expand_dims(mask, [1])))
+            out = bb.emit(op.multiply(op.reshape(scores, (windows, nh, s, s)), scale))
+            return op.add(out, table)
+
+        kind = "shifted" if shifted else "plain"
+        models.append(_model(f"ops-window_attn_bias-{kind}-{h}x{h}-w{w}-h{nh}",
+                             _f32((windows * nh, s, s), (s * s, nh)), body))
+    return models
+
+
+#: ``(kernel, map)`` slots of :data:`FAMILIES` ``conv_dw_tiny_maps``: the kernels in turn on each map (7x7 twice:
+#: ConvNeXt's), every (slot, map) once in 24 models.
+DW_TINY_KERNELS = (7, 5, 7, 3)
+DW_TINY_MAPS = (2, 4, 7, 8, 14, 16)
+DW_TINY_CHANNELS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
+DW_TINY_MAX_ELEMS = 1 << 17
+#: ``(channels, map)`` of the architecture suite's ConvNeXts' depthwise convolutions (base: 32 x 16x16, 64 x 8x8,
+#: 128 x 4x4, 256 x 2x2; small: 8 x 8x8, 16 x 4x4): not drawn, so that leaving ConvNeXt out of the cost model's
+#: evaluation leaves its kernels out too.
+DW_TINY_HELD_OUT = ((32, 16), (64, 8), (128, 4), (256, 2), (8, 8), (16, 4))
+
+
+def _conv_dw_tiny_maps(rng, n: int) -> list[Model]:
+    """Depthwise ``k x k`` convolutions, stride 1, "same" padding (``k // 2``), + bias, as ConvNeXt's blocks run them
+    (:data:`DW_TINY_KERNELS` on each of :data:`DW_TINY_MAPS`); on each map every model its own channel count from
+    :data:`DW_TINY_CHANNELS` (at most :data:`DW_TINY_MAX_ELEMS` elements, not :data:`DW_TINY_HELD_OUT`)."""
+    from tvm import relax
+
+    op = relax.op
+    widths = {h: [c for c in DW_TINY_CHANNELS if c * h * h <= DW_TINY_MAX_ELEMS and (c, h) not in DW_TINY_HELD_OUT]
+              for h in DW_TINY_MAPS}
+    orders = {h: rng.permutation(len(cs)) for h, cs in widths.items()}
+    models = []
+    for i in range(n):
+        k = DW_TINY_KERNELS[i % len(DW_TINY_KERNELS)]
+        h = DW_TINY_MAPS[i // len(DW_TINY_KERNELS) % len(DW_TINY_MAPS)]
+        turn = i % len(DW_TINY_KERNELS) + len(DW_TINY_KERNELS) * (i // (len(DW_TINY_KERNELS) * len(DW_TINY_MAPS)))
+        c = widths[h][int(orders[h][turn % len(widths[h])])]
+        weight, bias = _const(rng, (c, 1, k, k)), _const(rng, (1, c, 1, 1))
+
+        def body(bb, x, w=weight, b=bias, k=k, c=c):
+            return op.add(bb.emit(op.nn.conv2d(x, w, padding=k // 2, groups=c)), b)
+
+        models.append(_model(f"ops-conv_dw_tiny_maps-k{k}-{c}x{h}x{h}", _f32((1, c, h, h)), body))
+    return models
+
+
 #: Block widths of a MobileNetV2 at depth multipliers 0.25-1 (input, before the 6x expansion).
 SMALL_MAP_CHANNELS = (8, 16, 24, 32, 40, 64, 96)
 
@@ -1256,7 +1431,8 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48}
+          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "space_to_depth": 24,
+          "conv_dw_tiny_maps": 24, "window_attn_bias": 16}
 DEFAULT_COUNT = 4
 
 
@@ -1314,6 +1490,12 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _small_chain(rng, count)
     if family == "channels_last":
         return _channels_last(rng, count)
+    if family == "space_to_depth":
+        return _space_to_depth(rng, count)
+    if family == "conv_dw_tiny_maps":
+        return _conv_dw_tiny_maps(rng, count)
+    if family == "window_attn_bias":
+        return _window_attn_bias(rng, count)
     if group == "elementwise":
         return _elementwise(rng, family, count, tiny=tiny)
     if family in ("mean", "sum", "max"):

@@ -291,6 +291,88 @@ def test_channels_last_kernels_are_a_blocks_permutes_norms_and_layer_scales_with
         assert (c, h) not in CHANNELS_LAST_HELD_OUT, m.name  # leaving ConvNeXt out leaves its kernels out
 
 
+def _calls(model) -> list:
+    """The Relax op calls of ``model``'s main function, in post order."""
+    import tvm
+    from tvm import relax
+
+    calls = []
+    relax.analysis.post_order_visit(
+        model.mod["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op)
+        else None)
+    return calls
+
+
+def test_space_to_depth_is_one_kernel_of_four_strided_views_without_the_suites_swin_shapes(units):
+    from autoplace.op_families import SPACE_TO_DEPTH_HELD_OUT, SPACE_TO_DEPTH_KINDS
+
+    models = op_family_models(families=["space_to_depth"], tiny=False)
+    assert len(models) == len({m.name for m in models}) == 24
+    assert {m.name.split("-")[2] for m in models} == set(SPACE_TO_DEPTH_KINDS)
+    for m in models:
+        kind = m.name.split("-")[2]
+        calls = _calls(m)
+        names = [c.op.name for c in calls]
+        # x[.., a::2, b::2] for the four (a, b), one slice per axis, then one concatenation over channels
+        slices = [c for c in calls if c.op.name == "relax.strided_slice"]
+        assert len(slices) == 8 and names.count("relax.concat") == 1, m.name
+        # strided_slice(x, axes, begin, end, strides): one axis each
+        axes, begin, _, strides = ([int(c.args[i][0]) for c in slices] for i in (1, 2, 3, 4))
+        assert strides == [2] * 8 and sorted(begin) == [0] * 4 + [1] * 4, m.name
+        shape_in = [int(d) for d in m.mod["main"].params[-1 if kind == "tokens_residual" else 0].ty.shape]
+        shape_out = [int(d) for d in m.mod["main"].ret_ty.shape]
+        if kind == "nchw":  # YOLOv5's Focus
+            _, c, h, _ = shape_in
+            assert shape_out == [1, 4 * c, h // 2, h // 2], m.name
+        else:  # Swin's patch merging
+            _, pixels, c = shape_in
+            h = math.isqrt(pixels)
+            assert shape_out == [1, pixels // 4, 4 * c] and c >= 12, m.name
+            assert (names.count("relax.add") == 1) == (kind == "tokens_residual"), m.name
+        assert (c, h) not in SPACE_TO_DEPTH_HELD_OUT, m.name  # leaving Swin out leaves its kernels out
+        assert len(units[m.name]) == 1, m.name  # slices, concatenation (and the residual add) fuse into one kernel
+
+
+def test_tiny_map_depthwise_convolutions_are_convnexts_windows_wider_than_the_map(units):
+    from autoplace.op_families import DW_TINY_HELD_OUT, DW_TINY_KERNELS, DW_TINY_MAPS
+
+    models = op_family_models(families=["conv_dw_tiny_maps"], tiny=False)
+    assert len(models) == len({m.name for m in models}) == 24
+    seen = []
+    for m in models:
+        (conv,) = [c for c in _calls(m) if c.op.name == "relax.nn.conv2d"]
+        c, h = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
+        k = int(conv.args[1].ty.shape[2])
+        assert int(conv.attrs.groups) == c and [int(p) for p in conv.attrs.padding] == [k // 2] * 4, m.name
+        assert (c, h) not in DW_TINY_HELD_OUT, m.name  # leaving ConvNeXt out leaves its kernels out
+        (unit,) = units[m.name]
+        assert unit[1]["ops"] == ["relax.nn.conv2d", "relax.add"], m.name  # + bias, one kernel
+        seen.append((k, h))
+    assert sorted(seen) == sorted((k, h) for k in DW_TINY_KERNELS for h in DW_TINY_MAPS)  # 7x7 twice on each map
+    assert sum(k == 7 and h < 7 for k, h in seen) >= 4  # windows wider than the map: taps mostly in the padding
+
+
+def test_window_attention_bias_is_swins_score_kernel_with_the_mask_built_in_it(units):
+    from autoplace.op_families import WINDOW_HELD_OUT
+
+    models = op_family_models(families=["window_attn_bias"], tiny=False)
+    assert len(models) == len({m.name for m in models}) == 16
+    for m in models:
+        kind, side, window, heads = re.match(r"ops-window_attn_bias-(\w+)-(\d+)x\d+-w(\d+)-h(\d+)$", m.name).groups()
+        h, w, nh = int(side), int(window), int(heads)
+        assert (h, w, nh) not in WINDOW_HELD_OUT, m.name  # leaving Swin out leaves its kernels out
+        scores, bias = ([int(d) for d in p.ty.shape] for p in m.mod["main"].params[:2])  # then the constants
+        windows, s = (h // w) ** 2, w * w
+        assert scores == [windows * nh, s, s] and bias == [s * s, nh], m.name
+        assert [int(d) for d in m.mod["main"].ret_ty.shape] == [windows, nh, s, s], m.name
+        ops = units[m.name][-1][1]["ops"]  # the scores' kernel: everything after the aranges, fused
+        if kind == "shifted":  # region ids from compares, their differences, the two wheres
+            assert ops.count("relax.greater_equal") == 4 and ops.count("relax.where") == 2, m.name
+            assert len(ops) >= 30, m.name
+        else:
+            assert "relax.where" not in ops and "relax.multiply" in ops, m.name
+
+
 def test_the_list_is_the_same_for_a_seed_and_per_family():
     a = [m.name for m in op_family_models(seed=0, families=["gelu", "conv2d_k3s2dw", "attn_qk"])]
     b = [m.name for m in op_family_models(seed=0, families=["attn_qk", "gelu", "conv2d_k3s2dw"])]
@@ -309,8 +391,9 @@ def test_every_model_extracts_units_and_the_work_stays_small(units):
     # (3 kernels a model, not 6: -30), gqa_repeat and index_tensor (+28): 625; session 32's global_pool (+20, 48 s
     # on the Xeon f6m207): 645; session 34's conv_odd_rows (+21): 666; session 37's conv_dw_pow2 (+20, 23 s on the
     # Zen 4) and small_chain (+16, 32 s): 702; session 38's channels_last (+32, 34 s on the Zen 4): 734; session 39's
-    # cnn_tiny_maps (+48): 782
-    assert 400 <= total <= 800, total
+    # cnn_tiny_maps (+48): 782; session 40's space_to_depth, conv_dw_tiny_maps (+24 each) and window_attn_bias (+16):
+    # 846
+    assert 400 <= total <= 860, total
     for name, us in units.items():
         assert us, name
         for _, rec in us:
