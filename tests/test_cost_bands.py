@@ -23,7 +23,7 @@ from autoplace.cost_model import (
     load,
 )
 from autoplace.cost_model.cost_model import BAND_NOMINAL, band_table, record_op_class
-from autoplace.cost_model.evaluate import family, family_residuals, leave_one_family_out
+from autoplace.cost_model.evaluate import SHARED_FIT_COUNTS, family, family_residuals, leave_one_family_out
 from autoplace.cost_model.table import (
     BAND_COMBINE,
     BAND_COMBINES,
@@ -336,6 +336,12 @@ def test_family_residuals_and_nested_band_evaluation(records):
     serial = leave_one_family_out(records, "xgb", bands=True, n_jobs=1, **FAST)  # folds in threads: same rows
     pd.testing.assert_frame_equal(out["models"], serial["models"])
     pd.testing.assert_frame_equal(out["units"], serial["units"])
+    # the nested calibrations share their fits (fold alpha's fit without beta is fold beta's without alpha): the
+    # same rows as when every fold fits its own
+    assert SHARED_FIT_COUNTS["reused"] >= 3 and SHARED_FIT_COUNTS["reused"] <= SHARED_FIT_COUNTS["fitted"]
+    unshared = leave_one_family_out(records, "xgb", bands=True, n_jobs=1, share_fits=False, **FAST)
+    pd.testing.assert_frame_equal(out["models"], unshared["models"])
+    pd.testing.assert_frame_equal(out["units"], unshared["units"])
     models, units = out["models"], out["units"]
     assert {"band_kernels", "band_coverage", f"e2e_in_band_{BAND_COMBINE}"} <= set(models.columns)
     assert {"pure_lo_us", "pure_hi_us", "in_band", "residual", "band_class"} <= set(units.columns)

@@ -32,9 +32,11 @@ the part no kernel cost model can remove (measurement noise, effects between ker
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -116,6 +118,63 @@ def _side_records(records: pd.DataFrame) -> pd.DataFrame:
     return records[records["kind"].isin(["launch", "copy", "copy_fit"])]
 
 
+# -- fits shared between nested calibrations -------------------------------------------------------------
+#: ``{fingerprint: [fitted model, uses left]}`` while :func:`shared_fits` is active, else None.
+_SHARED_FITS: dict | None = None
+_SHARED_LOCK = threading.Lock()
+#: Counts of the fits :func:`shared_fits` served from the store and made (read after the ``with`` block).
+SHARED_FIT_COUNTS = {"reused": 0, "fitted": 0}
+
+
+@contextlib.contextmanager
+def shared_fits():
+    """Within the block, :func:`family_residuals` reuses a fit on the very same training records.
+
+    The nested calibration of :func:`leave_one_family_out` (``bands=True``) fits, in the fold holding out family
+    A, one model per other family B on everything but A and B, and the fold holding out B fits the same model for
+    A: the same records in the same order, hence (seeded) the same model. With the store the second fold predicts
+    with the first fold's fit, which halves the band evaluation's fits and changes none of its numbers. A fit is
+    dropped once both folds have used it. Fits are matched by the model's class and parameters, the provenance
+    passed to ``fit`` and a hash of the training records' columns (keys, latencies, every scalar field).
+    """
+    global _SHARED_FITS
+    previous, _SHARED_FITS = _SHARED_FITS, {}
+    SHARED_FIT_COUNTS.update(reused=0, fitted=0)
+    try:
+        yield
+    finally:
+        _SHARED_FITS = previous
+
+
+def _records_hash(df: pd.DataFrame) -> int:
+    """A hash of ``df``'s rows in order over its scalar columns (list-valued ones, such as shapes, follow the key)."""
+    scalar = [c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, dict, np.ndarray))).any()]
+    hashed = pd.util.hash_pandas_object(df[scalar].astype(str), index=False)
+    return hash((tuple(scalar), hashed.to_numpy().tobytes()))
+
+
+def _fit_shared(make, train: pd.DataFrame, **fit_provenance):
+    """``make().fit(train, **fit_provenance)``, or the same fit from the :func:`shared_fits` store."""
+    model = make()
+    if _SHARED_FITS is None:
+        return model.fit(train, **fit_provenance)
+    key = (type(model).__name__, repr(sorted(model.get_params().items())), repr(sorted(fit_provenance.items())),
+           _records_hash(train))
+    with _SHARED_LOCK:
+        entry = _SHARED_FITS.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _SHARED_FITS[key]
+            SHARED_FIT_COUNTS["reused"] += 1
+            return entry[0]
+    fitted = model.fit(train, **fit_provenance)
+    with _SHARED_LOCK:
+        _SHARED_FITS[key] = [fitted, 1]  # the one other fold that holds out the same two families
+        SHARED_FIT_COUNTS["fitted"] += 1
+    return fitted
+
+
 def family_residuals(
     records: pd.DataFrame,
     model="xgb",
@@ -176,7 +235,7 @@ def family_residuals(
         train, test = units[~in_fam], units[in_fam]
         if train.empty or test.empty:
             return []
-        fitted = make().fit(train, hardware_id=hardware_id, tvm_version=tvm_version)
+        fitted = _fit_shared(make, train, hardware_id=hardware_id, tvm_version=tvm_version)
         rows = []
         for kind, part in test.groupby("target"):
             pred = fitted.predict(part, target=str(kind))
@@ -226,6 +285,7 @@ def leave_one_family_out(
     bands: bool = False,
     band_options: dict | None = None,
     n_jobs: int | None = None,
+    share_fits: bool = True,
     **params,
 ) -> dict:
     """Hold out each model family in turn, train on the rest, predict the held-out kernels.
@@ -256,6 +316,9 @@ def leave_one_family_out(
     n_jobs : int, optional
         Folds run at once, in threads (default: this machine's CPUs); the rows come out as one after the other
         gives them (each fold's fits are seeded).
+    share_fits : bool
+        With ``bands``: let the nested calibrations reuse each other's fits on the same records (:func:`shared_fits`:
+        half the fits, the same numbers).
 
     Returns
     -------
@@ -453,7 +516,8 @@ def leave_one_family_out(
                         )
             return model_rows, unit_rows
 
-        with warnings.catch_warnings():  # (the filter is the process's: the threads see it too)
+        # (the filter is the process's: the threads see it too); the nested calibrations share their fits
+        with warnings.catch_warnings(), shared_fits() if bands and share_fits else contextlib.nullcontext():
             if quiet:
                 warnings.simplefilter("ignore")
             folds = _in_threads(one_fold, list(enumerate(families)), workers, star=True)
