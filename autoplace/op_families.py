@@ -111,6 +111,13 @@ FAMILIES = {
     # convolutions (family name carries kernel, stride and grouping: conv2d_k3s2dw)
     **{f"conv2d_k{k}s{s}{g}": "conv" for k in (1, 3, 5, 7) for s in (1, 2) for g in ("g1", "dw", "gr")},
     "conv1d": "conv",
+    # 1D convolutions as audio and sequence models run them, on lengths of whole vectors or half ones (64-3000; the
+    # waveform's 4000-16000 samples): Whisper's
+    # front (k3 + bias + GELU, then k3 stride 2), wav2vec2 / HuBERT's feature encoder (k10 stride 5 over the raw
+    # waveform, k2 stride 2, + GELU), a text CNN's k5 + ReLU, a pointwise k1; ``conv1d``'s six odd lengths had taught
+    # the cost model the scalar-tail speed (4 GMAC/s), and it priced whisper-encoder-base's (60 GMAC/s) 2.4-4.5x
+    # (Zen 4, session 40)
+    "conv1d_seq": "conv",
     # an explicit pad, then a convolution without padding: TF-style "same" padding (asymmetric at stride 2) as
     # Hugging Face's MobileNet / EfficientNet ports compute it; fused, the pad is a block of its own before the
     # window loops, where a convolution's own padding is a bounds check on every tap
@@ -655,6 +662,50 @@ def _conv1d(rng) -> list[Model]:
         models.append(_model(
             f"ops-conv1d-k{k}s{s}{grouping}-{c}x{length}-{cout}", _f32((1, c, length)),
             lambda bb, x, w=weight, s=s, k=k, g=groups: relax.op.nn.conv1d(x, w, s, k // 2, groups=g)))
+    return models
+
+
+#: ``(kernel, stride, padding, activation)`` of :data:`FAMILIES` ``conv1d_seq`` models, in turn.
+CONV1D_SEQ_OPS = ((3, 1, 1, "gelu"), (3, 2, 1, "gelu"), (5, 1, 2, "relu"), (1, 1, 0, ""), (10, 5, 0, "gelu"),
+                  (2, 2, 0, "gelu"))
+#: Sequence lengths (output of a stride-1 convolution) and channel counts of ``conv1d_seq``.
+CONV1D_SEQ_LENGTHS = (64, 128, 200, 256, 400, 512, 800, 1000, 1500)
+CONV1D_SEQ_CHANNELS = (32, 64, 80, 128, 192, 256, 384, 512)
+#: ``(input channels, length)`` of the architecture suite's Whispers (base: 80 and 256 x 500; small: 16 and 32 x
+#: 32): not drawn, so that leaving Whisper out of the cost model's evaluation leaves its kernels out too.
+CONV1D_SEQ_HELD_OUT = ((80, 500), (256, 500), (16, 32), (32, 32))
+
+
+def _conv1d_seq(rng, n: int) -> list[Model]:
+    """1D convolutions + bias (+ GELU or ReLU) over ``(1, channels, length)`` sequences, :data:`CONV1D_SEQ_OPS` in
+    turn, at most :data:`CNN_STAGE_MAX_MACS` multiply-adds: channels from :data:`CONV1D_SEQ_CHANNELS` (a k10 stride-5
+    convolution reads the raw waveform: 1 channel, 4000-16000 samples), output lengths from
+    :data:`CONV1D_SEQ_LENGTHS` (a stride-2 one reads twice as many)."""
+    from tvm import relax
+
+    op = relax.op
+    models = []
+    for i in range(n):
+        k, s, pad, act = CONV1D_SEQ_OPS[i % len(CONV1D_SEQ_OPS)]
+        if k == 10:  # wav2vec2's first layer over the waveform
+            cin, length = 1, int(rng.choice((4000, 8000, 16000)))
+            cout = int(rng.choice((256, 512)))
+        else:
+            while True:
+                cin = int(rng.choice(CONV1D_SEQ_CHANNELS))
+                cout = cin if s == 2 else int(rng.choice(CONV1D_SEQ_CHANNELS))
+                out = int(rng.choice(CONV1D_SEQ_LENGTHS))
+                length = out * s
+                if (cin, length) not in CONV1D_SEQ_HELD_OUT and cin * cout * k * out <= CNN_STAGE_MAX_MACS:
+                    break
+        weight, bias = _const(rng, (cout, cin, k)), _const(rng, (1, cout, 1))
+
+        def body(bb, x, w=weight, b=bias, s=s, pad=pad, act=act):
+            y = op.add(bb.emit(op.nn.conv1d(x, w, strides=s, padding=pad)), b)
+            return {"gelu": op.nn.gelu, "relu": op.nn.relu}[act](bb.emit(y)) if act else y
+
+        models.append(_model(f"ops-conv1d_seq-k{k}s{s}-{cin}x{length}-{cout}" + (f"-{act}" if act else ""),
+                             _f32((1, cin, length)), body))
     return models
 
 
@@ -1432,7 +1483,8 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
           "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "space_to_depth": 24,
-          "conv_dw_tiny_maps": 24, "window_attn_bias": 16}
+          "conv_dw_tiny_maps": 24, "window_attn_bias": 16,
+          "conv1d_seq": 24}
 DEFAULT_COUNT = 4
 
 
@@ -1508,6 +1560,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _movement(rng, family, count, tiny=tiny)
     if family == "conv1d":
         return _conv1d(rng)
+    if family == "conv1d_seq":
+        return _conv1d_seq(rng, count)
     if family == "conv2d_tfpad":
         return _conv2d_tfpad(rng, count, tiny=tiny)
     if family == "cnn_stage":

@@ -596,7 +596,8 @@ def main(argv=None) -> int:
     parser.add_argument("--band-variants", nargs="*", metavar="VARIANT",
                         help=f"band variants to compare (default: all of {list(BAND_VARIANTS)}; the first is the "
                              "default and always runs; each is a nested leave-one-out, about 27 min on the Zen 3, "
-                             "66 on the Xeon f6m207 one fit at a time; the fits now run in threads on every CPU)")
+                             "66 on the Xeon f6m207 one fit at a time; the fits now run in threads on every CPU, "
+                             "and since session 40 two folds share each nested fit on the same records)")
     parser.add_argument("--subplans", type=int, default=200,
                         help="random parts per held-out model when checking how bands combine")
     parser.add_argument("--never-held-out", nargs="*", default=list(NEVER_HELD_OUT),
