@@ -319,6 +319,7 @@ def test_space_to_depth_is_one_kernel_of_four_strided_views_without_the_suites_s
         # strided_slice(x, axes, begin, end, strides): one axis each
         axes, begin, _, strides = ([int(c.args[i][0]) for c in slices] for i in (1, 2, 3, 4))
         assert strides == [2] * 8 and sorted(begin) == [0] * 4 + [1] * 4, m.name
+        assert sorted(axes) == ([2] * 4 + [3] * 4 if kind == "nchw" else [1] * 4 + [2] * 4), m.name  # rows, columns
         shape_in = [int(d) for d in m.mod["main"].params[-1 if kind == "tokens_residual" else 0].ty.shape]
         shape_out = [int(d) for d in m.mod["main"].ret_ty.shape]
         if kind == "nchw":  # YOLOv5's Focus
