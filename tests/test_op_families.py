@@ -242,8 +242,6 @@ def test_small_chains_are_one_kernel_of_few_elements_that_keeps_shape_and_dtype(
 
 
 def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_without_the_suites_resnet_shapes():
-    import tvm
-    from tvm import relax
 
     from autoplace.op_families import TINY_MAP_HELD_OUT, TINY_MAP_OPS, TINY_MAP_OUTPUTS
 
@@ -251,10 +249,7 @@ def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_withou
     assert len(models) == len({m.name for m in models}) == 48
     seen = []
     for m in models:
-        ops = []
-        relax.analysis.post_order_visit(
-            m.mod["main"], lambda e, ops=ops: ops.append(e) if isinstance(e, relax.Call)
-            and isinstance(e.op, tvm.ir.Op) else None)
+        ops = _calls(m)
         calls = [e.op.name for e in ops]
         (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
         cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
