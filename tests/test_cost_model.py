@@ -500,6 +500,34 @@ def test_a_measured_gpu_to_cpu_hand_off_reaches_the_solver_through_the_copy_cost
     assert CostTable(pd.concat([records, fits], ignore_index=True)).copy_cost("cuda:0", "llvm:0").handoff_us == 0.0
 
 
+def test_hand_off_probes_of_three_sizes_or_more_give_a_line_in_the_tensors_bytes(records, tmp_path):
+    """With the six sizes of ``--sizes line`` the record holds a line (Theil-Sen: one noisy size moves it little):
+    ``handoff_us`` its intercept, ``handoff_us_per_byte`` its slope; the cost table gives both, the newest record
+    of a pair over older ones."""
+    import json
+
+    from experiments.gpu.handoff_probes import SIZES_LINE, handoff_record
+
+    medians = {}
+    for n, k in SIZES_LINE:  # hand-off = 2 us + 4e-5 us per byte of the copied input, but 64x1024's is noisy
+        extra = 2.0 + 4e-5 * 4 * n * k + (30.0 if (n, k) == (64, 1024) else 0.0)
+        medians.update({f"handoff-{n}x{k}:gpu>cpu": 100.0 + 10.0 + extra, f"relu-{n}x{k}:all:gpu": 100.0,
+                        f"handoff-{n}x{k}:all:cpu": 15.0, f"relu-{n}x{k}:all:cpu": 5.0})
+    path = tmp_path / "plan_records.jsonl"
+    with open(path, "w") as f:
+        f.writelines(json.dumps(dict(kind="plan", key=key, status="ok", round=1, median_us=us, hardware_id="box",
+                                     tvm_version="0.27")) + "\n" for key, us in medians.items())
+    line = handoff_record(str(path), SIZES_LINE)
+    assert line["handoff_us"] == pytest.approx(2.0, abs=1e-6)
+    assert line["handoff_us_per_byte"] == pytest.approx(4e-5)
+    older = dict(kind="handoff", key="gpu-to-cpu", target="cuda->llvm", status="ok", handoff_us=9.0)
+    fits = pd.DataFrame([dict(kind="copy_fit", key="fit", target=t, status="ok", alpha_us=10.0, us_per_byte=1e-4)
+                         for t in ("llvm:0->cuda:0", "cuda:0->llvm:0")])
+    cost = CostTable(pd.concat([records, fits, pd.DataFrame([older, line])], ignore_index=True)).copy_cost(
+        "cuda:0", "llvm:0")
+    assert (cost.handoff_us, cost.handoff_us_per_byte) == pytest.approx((2.0, 4e-5))
+
+
 def test_cost_table_trains_a_named_model_and_loads_a_saved_one(records, model, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ForeignProfileWarning)

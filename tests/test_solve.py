@@ -313,6 +313,40 @@ def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one
         PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=-1.0)})
 
 
+def test_a_hand_off_that_grows_with_the_tensor_prices_large_copies_into_a_cpu_kernel_and_spares_small_ones():
+    """The H200 box's probes (session 41) found the hand-off growing with the copied tensor (the CPU kernel reads an
+    input no cache holds): ``handoff_us + nbytes * handoff_us_per_byte``. The per-byte part decides between a mixed
+    plan whose CPU kernel reads 512 KB and all-GPU, where a fixed part too small to matter would not; the solvers,
+    the independent check and the JSON round trip agree."""
+    from autoplace.solve import CopyCost
+
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0})
+    g.add_node("head", latency_us={"cpu": 13.0, "gpu": 81.0})  # mixed: 61 + 1 + 13 us, all-GPU: 81 + 9
+    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
+    g.add_edge("x", "hidden", nbytes=256 << 10)
+    g.add_edge("hidden", "head", nbytes=512 << 10)
+    g.add_edge("head", "out", nbytes=2560)
+    up = CopyCost(15.0, 6e-5)
+    fixed = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=1.0)})
+    grows = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(
+        8.7, 1e-4, handoff_us=1.0, handoff_us_per_byte=4e-5)})  # 512 KB: 1 + 21 us
+    mixed = {"x": "cpu", "hidden": "gpu", "head": "cpu", "out": "cpu"}
+    assert solve(fixed, "auto").assignment == mixed
+    plan = solve(grows, "auto")
+    assert plan.assignment == {"x": "cpu", "hidden": "gpu", "head": "gpu", "out": "cpu"}
+    assert recompute_cost_us(grows, mixed)[1] == pytest.approx(recompute_cost_us(fixed, mixed)[1] + (512 << 10) * 4e-5)
+    for method in ("ilp", "brute_force"):
+        assert solve(grows, method).objective_us == pytest.approx(plan.objective_us)
+    validate_plan(grows, plan)
+    again = PlacementProblem.from_dict(json.loads(json.dumps(grows.to_dict())))
+    assert np.allclose(again.copy_latency_us, grows.copy_latency_us)
+    with pytest.raises(PlacementError, match="handoff_us_per_byte"):
+        PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(
+            8.7, 1e-4, handoff_us_per_byte=-1e-5)})
+
+
 def test_memory_greedy_fills_the_gpu_in_model_order_and_puts_the_rest_on_the_host():
     """accelerate's ``device_map="auto"``: a chain of four layers (weights 600 B each) on a GPU of 1300 B holds
     the first two; the third and everything after it go to the host, even the fourth, which would fit alone

@@ -186,25 +186,31 @@ def retarget_kernels(mod: tvm.IRModule) -> tvm.IRModule:
 def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     """Apply TVM's default GPU schedules (dlight, as the CUDA pipeline does) to the CUDA kernels only.
 
-    Each kernel is scheduled alone: where dlight's matmul rule fails on one (it asserts on a matmul whose epilogue it
-    cannot inline, e.g. MobileNetV2's 1x1 conv2d + ReLU6 + the next layer's padding), that kernel gets the rules after it (GEMV, the
-    reductions, the fallback) instead of the whole model failing to build.
+    Each kernel is scheduled alone, and where a dlight rule fails on one, that kernel gets the rules after it instead
+    of the whole model failing to build: the matmul rule asserts on a matmul whose epilogue it cannot inline (e.g.
+    MobileNetV2's 1x1 conv2d + ReLU6 + the next layer's padding), the GEMV rule on a reduction it takes for a
+    matrix-vector product but finds no reduction loop in after normalising (seen on an op-family kernel); the
+    fallback rule is last and schedules any kernel.
     """
     from tvm.s_tir import dlight as dl
 
-    def rules(with_matmul: bool):
-        return ([dl.gpu.Matmul()] if with_matmul else []) + [
-            dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    def rule_sets():
+        rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+        for first in (0, 1, 2, len(rules) - 1):  # every rule; without the matmul rule; without GEMV too; fallback
+            yield rules[first:]
 
     for gvar, func in list(mod.functions_items()):
         target = func.attrs.get("target") if isinstance(func, tvm.tirx.PrimFunc) and func.attrs else None
         if target is None or target.kind.name != "cuda":
             continue
         sub = tvm.IRModule({gvar: func})
-        try:
-            scheduled = dl.ApplyDefaultSchedule(*rules(True))(sub)
-        except Exception:  # dlight asserts in Python; TVM raises through its FFI
-            scheduled = dl.ApplyDefaultSchedule(*rules(False))(sub)
+        for rules in rule_sets():
+            try:
+                scheduled = dl.ApplyDefaultSchedule(*rules)(sub)
+                break
+            except Exception:  # dlight asserts in Python; TVM raises through its FFI
+                if len(rules) == 1:
+                    raise
         scheduled = tvm.s_tir.transform.DefaultGPUSchedule()(scheduled)
         mod[gvar] = scheduled[gvar]
     return mod

@@ -248,7 +248,8 @@ class CostTable:
         self.copy_: dict = {}
         #: ``{"src->dst": [(bytes, us), ...]}``: the copies measured size by size (priced between them, not by the fit).
         self.copy_points_: dict = {}
-        #: ``{"src kind->dst kind": us}``: a copy's hand-off (:attr:`autoplace.solve.problem.CopyCost.handoff_us`).
+        #: ``{"src kind->dst kind": (us, us per byte)}``: a copy's hand-off (:attr:`autoplace.solve.problem.CopyCost.handoff_us`,
+        #: ``handoff_us_per_byte``).
         self.handoff_: dict = {}
         #: ``{device label: fit_vm_overhead(...)}`` where the end-to-end records replaced the probes.
         self.overhead_fit_: dict = {}
@@ -291,9 +292,12 @@ class CostTable:
             for label, rows in copies.groupby("target"):  # each size's median over the profile's records of it
                 sizes = rows.groupby("nbytes")["median_us"].median()
                 self.copy_points_[str(label)] = list(zip(sizes.index.astype(float), sizes.to_numpy(dtype=float)))
-            if "handoff_us" in df:  # per pair of kinds ("cuda->llvm"), the median of its records
+            if "handoff_us" in df:  # per pair of kinds ("cuda->llvm"): its newest record (later probes, more sizes)
                 handoffs = df[(df["kind"] == "handoff") & (status == "ok")]
-                self.handoff_ = {str(pair): float(us) for pair, us in handoffs.groupby("target")["handoff_us"].median().items()}
+                for _, rec in handoffs.iterrows():
+                    per_byte = rec.get("handoff_us_per_byte", 0.0)
+                    per_byte = float(per_byte) if per_byte is not None and np.isfinite(per_byte) else 0.0
+                    self.handoff_[str(rec["target"])] = (float(rec["handoff_us"]), per_byte)
             self._fit_overheads(df)
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
@@ -666,9 +670,10 @@ class CostTable:
             return CopyCost(0.0, 0.0)
         pair = f"{src}->{dst}"
         kinds = (kind_of_label(src), kind_of_label(dst))
-        handoff = self.handoff_.get(f"{kinds[0]}->{kinds[1]}", 0.0)
+        handoff, handoff_per_byte = self.handoff_.get(f"{kinds[0]}->{kinds[1]}", (0.0, 0.0))
         if pair in self.copy_:
-            return CopyCost(*self.copy_[pair], points=self.copy_points_.get(pair), handoff_us=handoff)
+            return CopyCost(*self.copy_[pair], points=self.copy_points_.get(pair), handoff_us=handoff,
+                            handoff_us_per_byte=handoff_per_byte)
         same = [
             v
             for k, v in self.copy_.items()
@@ -676,7 +681,7 @@ class CostTable:
         ]
         if same:
             return CopyCost(float(np.mean([a for a, _ in same])), float(np.mean([b for _, b in same])),
-                            handoff_us=handoff)
+                            handoff_us=handoff, handoff_us_per_byte=handoff_per_byte)
         import json
 
         from ..errors import CopyCostError

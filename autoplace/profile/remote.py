@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import zlib
 
 import tvm
@@ -36,7 +37,7 @@ from .copies import DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost,
 from .job import target_label, unit_record
 from .measure import compile_kernel
 from .remote_runner import BENCH, STASH, STREAM_FILE
-from .store import ProfileStore, _crc
+from .store import SUCCESS, ProfileStore, _crc
 from .units import extract_units
 
 #: Elements of the tensor whose allocation the ``alloc`` probes time (4 MiB of float32), as
@@ -317,12 +318,22 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
         if kernel_kinds is None or targets[name].kind in set(kernel_kinds):
             kinds.setdefault(targets[name].kind, name)
     failed = 0
+    saved = time.monotonic()
     for item in models:
         label, model = item if isinstance(item, tuple) else (None, item)
         model = load_model(model, name=label)
         graph = op_graph(model)
         for kind, tname in kinds.items():
-            for unit in extract_units(model, targets[tname].target, graph=graph):
+            try:
+                units = extract_units(model, targets[tname].target, graph=graph)
+            except Exception as err:  # one model TVM cannot lower for a target costs that model, not the bundle
+                failed += 1
+                message = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
+                manifest.setdefault("failed", []).append(dict(kind="model", key=model.name, target=tname,
+                                                              status="error", error=f"lower: {message}"))
+                log(f"{model.name}: its {kind} kernels failed to lower ({message}); skipped")
+                continue
+            for unit in units:
                 if (unit.key, kind) in seen:
                     continue
                 seen.add((unit.key, kind))
@@ -337,6 +348,9 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                     manifest.setdefault("failed", []).append(entry["record"])
                     continue
                 manifest["units"].append(entry)
+                if time.monotonic() - saved > 60:  # a build cut short resumes with append=True (--bundle-append)
+                    _write_manifest(manifest, path)
+                    saved = time.monotonic()
     cpu = next((targets[n].target for n in targets if targets[n].kind == "llvm"), None)
     if cpu is not None:
         from ..backend.cpu_schedules import cpu_target
@@ -357,12 +371,17 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
             write(os.path.join(bundle_dir, entry["file"]))
             manifest[where].append(entry)
     shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
-    with open(path + ".tmp", "w") as f:
-        json.dump(manifest, f, indent=1)
-    os.replace(path + ".tmp", path)
+    _write_manifest(manifest, path)
     log(f"bundle {bundle_dir}: {len(manifest['units'])} kernels ({failed} failed to compile), "
         f"{len(manifest['copies'])} copy probes, {len(manifest['launch'])} call-overhead probes")
     return manifest
+
+
+def _write_manifest(manifest: dict, path: str) -> None:
+    """Write a bundle's manifest whole or not at all (a temporary file, then a rename)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def _compile_cuda_here(targets, manifest: dict, log) -> None:
@@ -424,6 +443,10 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
     good = merge_bundle_rounds(good)
     store = ProfileStore(os.path.join(profiles_root, meta["hardware_id"]), metadata=meta)
     done = store.done()
+    # a kernel that failed on an earlier call (e.g. a library that runner did not load) and ran now is added: its
+    # ok record comes last, and readers keep the last record of a key
+    failed_before = {(r.get("kind"), r.get("key"), r.get("target")) for r in store.load().records
+                     if r.get("status", "ok") not in SUCCESS}
     added = 0
     probes: dict = {}
     copies: dict = {}
@@ -434,7 +457,8 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
             continue
         if record["kind"] == "copy" and record.get("status") == "ok":
             copies.setdefault(record["target"], []).append(record)
-        if (record["kind"], record["key"], record["target"]) in done:
+        tag = (record["kind"], record["key"], record["target"])
+        if tag in done and not (tag in failed_before and record.get("status", "ok") in SUCCESS):
             continue
         store.append(record)
         added += 1

@@ -50,7 +50,8 @@ class CopyCost:
     16 MB 8.9 ms (1.9 GB/s), where the least-squares line gives 1.7 ms. Unpacks as ``alpha_us, us_per_byte``.
     """
 
-    def __init__(self, alpha_us: float, us_per_byte: float, points=None, handoff_us: float = 0.0):
+    def __init__(self, alpha_us: float, us_per_byte: float, points=None, handoff_us: float = 0.0,
+                 handoff_us_per_byte: float = 0.0):
         self.alpha_us, self.us_per_byte = float(alpha_us), float(us_per_byte)
         #: Extra microseconds when the copied tensor feeds a kernel (not only the model's output): the destination
         #: waits for the source's work, then resumes (GPU -> CPU: the CPU's thread pool went to sleep while the copy
@@ -58,6 +59,10 @@ class CopyCost:
         #: placement: a tensor that feeds a kernel anywhere pays it on every copy, also one that only returns it as
         #: an output (exact when its kernels all run on the copy's destination, the case the probes time).
         self.handoff_us = float(handoff_us)
+        #: The hand-off's part that grows with the tensor (the destination's kernel reads an input no cache holds:
+        #: an H200 box's probes, session 41, from 1 KB to 8 MB). A copy that pays :attr:`handoff_us` pays
+        #: ``handoff_us + nbytes * handoff_us_per_byte``.
+        self.handoff_us_per_byte = float(handoff_us_per_byte)
         self.points = None
         if points is not None and len(points):
             self.points = np.array(sorted((float(b), float(u)) for b, u in points), dtype=np.float64).reshape(-1, 2)
@@ -69,7 +74,8 @@ class CopyCost:
         if isinstance(other, CopyCost):
             same_points = (self.points is None) == (other.points is None) and (
                 self.points is None or np.array_equal(self.points, other.points))
-            return tuple(self) == tuple(other) and same_points and self.handoff_us == other.handoff_us
+            return (tuple(self) == tuple(other) and same_points and self.handoff_us == other.handoff_us
+                    and self.handoff_us_per_byte == other.handoff_us_per_byte)
         return tuple(self) == tuple(other)  # against a pair: the fit
 
     __hash__ = None
@@ -81,6 +87,7 @@ class CopyCost:
     def __repr__(self) -> str:
         n = 0 if self.points is None else len(self.points)
         handoff = f", handoff_us={self.handoff_us:.3g}" if self.handoff_us else ""
+        handoff += f", handoff_us_per_byte={self.handoff_us_per_byte:.3g}" if self.handoff_us_per_byte else ""
         return (f"CopyCost(alpha_us={self.alpha_us:.3g}, us_per_byte={self.us_per_byte:.3g}, {n} measured sizes"
                 f"{handoff})")
 
@@ -189,6 +196,8 @@ class PlacementProblem:
         Extra latency of a copy from ``s`` to ``d`` whose tensor feeds a kernel (a consumer that makes a tensor
         itself, not only a sink such as the model's output; :attr:`tensor_feeds_kernel`): see
         :attr:`CopyCost.handoff_us`. Default: none.
+    copy_handoff_us_per_byte : array_like of float, shape (n_targets, n_targets), optional
+        The hand-off's part per byte of the tensor (:attr:`CopyCost.handoff_us_per_byte`). Default: none.
 
     Raises
     ------
@@ -220,6 +229,7 @@ class PlacementProblem:
         copy_points=None,
         position=None,
         copy_handoff_us=None,
+        copy_handoff_us_per_byte=None,
     ):
         self.nodes = tuple(nodes)
         self.targets = tuple(str(t) for t in targets)
@@ -241,6 +251,9 @@ class PlacementProblem:
         self.copy_handoff_us = (np.zeros((k, k)) if copy_handoff_us is None
                                 else np.array(copy_handoff_us, dtype=np.float64).reshape(k, k))
         np.fill_diagonal(self.copy_handoff_us, 0.0)
+        self.copy_handoff_us_per_byte = (np.zeros((k, k)) if copy_handoff_us_per_byte is None
+                                         else np.array(copy_handoff_us_per_byte, dtype=np.float64).reshape(k, k))
+        np.fill_diagonal(self.copy_handoff_us_per_byte, 0.0)
         #: ``{(s, d): CopyCost}`` for the pairs whose copies were measured size by size (else the line).
         self.copy_points = {}
         for (src, dst), pts in (copy_points or {}).items():
@@ -249,7 +262,8 @@ class PlacementProblem:
                 if isinstance(pts, CopyCost):
                     pts = pts.points
                 self.copy_points[(ts, td)] = CopyCost(self.copy_alpha_us[ts, td], self.copy_us_per_byte[ts, td], pts,
-                                                      handoff_us=self.copy_handoff_us[ts, td])
+                                                      handoff_us=self.copy_handoff_us[ts, td],
+                                                      handoff_us_per_byte=self.copy_handoff_us_per_byte[ts, td])
         if memory_bytes is None:
             memory_bytes = np.full(k, np.inf)
         self.memory_bytes = np.asarray(memory_bytes, dtype=np.float64).reshape(k)
@@ -415,6 +429,7 @@ class PlacementProblem:
         alpha = np.zeros((k, k))
         beta = np.zeros((k, k))
         handoff = np.zeros((k, k))
+        handoff_per_byte = np.zeros((k, k))
         points = {}
         for s in range(k):
             for d in range(k):
@@ -428,6 +443,7 @@ class PlacementProblem:
                     )
                 alpha[s, d], beta[s, d] = (float(x) for x in copy_cost[pair])
                 handoff[s, d] = float(getattr(copy_cost[pair], "handoff_us", 0.0))
+                handoff_per_byte[s, d] = float(getattr(copy_cost[pair], "handoff_us_per_byte", 0.0))
                 if getattr(copy_cost[pair], "points", None) is not None:
                     points[(s, d)] = copy_cost[pair]
 
@@ -445,7 +461,7 @@ class PlacementProblem:
         return cls(
             nodes, targets, latency, pinned, weight, output, resident,
             producer, key, nbytes, use_pairs[:, 0], use_pairs[:, 1], alpha, beta, caps, points,
-            _program_positions(graph, nodes), handoff,
+            _program_positions(graph, nodes), handoff, handoff_per_byte,
         )  # fmt: skip
 
     def _check(self) -> None:
@@ -471,7 +487,8 @@ class PlacementProblem:
                 f"{self.latency_us[i, d]}: latencies must be numbers >= 0"
             )
         for name, arr in (("alpha_us", self.copy_alpha_us), ("us_per_byte", self.copy_us_per_byte),
-                          ("handoff_us", self.copy_handoff_us)):
+                          ("handoff_us", self.copy_handoff_us),
+                          ("handoff_us_per_byte", self.copy_handoff_us_per_byte)):
             bad = ~np.isfinite(arr) | (arr < 0)
             if bad.any():
                 s, d = np.argwhere(bad)[0]
@@ -562,7 +579,8 @@ class PlacementProblem:
         lat = self.copy_alpha_us[None] + nb * self.copy_us_per_byte[None]
         for (s, d), curve in self.copy_points.items():
             lat[:, s, d] = curve(self.tensor_nbytes)
-        lat = lat + self.tensor_feeds_kernel[:, None, None] * self.copy_handoff_us[None]
+        handoff = self.copy_handoff_us[None] + nb * self.copy_handoff_us_per_byte[None]
+        lat = lat + self.tensor_feeds_kernel[:, None, None] * handoff
         lat[self.resident[self.tensor_producer]] = 0.0
         idx = np.arange(self.n_targets)
         lat[:, idx, idx] = 0.0
@@ -748,6 +766,7 @@ class PlacementProblem:
             "copy_points": [[s, d, c.points.tolist()] for (s, d), c in self.copy_points.items()],
             "position": self.position.tolist(),
             "copy_handoff_us": self.copy_handoff_us.tolist(),
+            "copy_handoff_us_per_byte": self.copy_handoff_us_per_byte.tolist(),
         }
 
     @classmethod
@@ -780,6 +799,7 @@ class PlacementProblem:
             copy_points={(int(s), int(d)): pts for s, d, pts in data.get("copy_points", [])},
             position=data.get("position"),
             copy_handoff_us=data.get("copy_handoff_us"),
+            copy_handoff_us_per_byte=data.get("copy_handoff_us_per_byte"),
         )
 
     def __repr__(self) -> str:

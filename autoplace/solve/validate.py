@@ -69,7 +69,8 @@ def recompute_cost_us(problem: PlacementProblem, assignment: dict) -> tuple[floa
                 s_, d_ = p.targets.index(src), p.targets.index(dst)
                 copy_us += p.copy_us(s_, d_, float(p.tensor_nbytes[t]))
                 if any(c in producers for c in cons):  # it feeds a kernel there or elsewhere: the pair's hand-off
-                    copy_us += float(p.copy_handoff_us[s_, d_])
+                    copy_us += float(p.copy_handoff_us[s_, d_]
+                                     + p.tensor_nbytes[t] * p.copy_handoff_us_per_byte[s_, d_])
         if not p.resident[i]:
             span = [int(p.position[i])] + [int(p.position[c]) for c in cons]
             live += [(dst, int(p.tensor_nbytes[t]), min(span), max(span)) for dst in where

@@ -25,6 +25,8 @@ import os
 import sys
 
 SIZES = ((64, 2048), (4, 64))
+#: Session 41's second call: six sizes, 1 KB to 8 MB of copied input, for a line in the tensor's bytes
+SIZES_LINE = ((4, 64), (64, 256), (64, 1024), (64, 2048), (256, 2048), (1024, 2048))
 TARGETS = {"cpu": {"kind": "llvm", "mcpu": os.environ.get("MCPU", "x86-64-v3")}, "gpu": {"kind": "cuda", "arch": "sm_90"}}
 
 
@@ -51,8 +53,9 @@ def handoff_us(medians: dict, n: int, k: int) -> float:
 
 def handoff_record(records_path: str, sizes=SIZES) -> dict:
     """The ``kind="handoff"`` profile record of a box's probe timings (``runner.py``'s plan records, every round):
-    ``handoff_us`` is the median over ``sizes`` of :func:`handoff_us` on the medians of the rounds; each size's
-    value and the plans' medians are kept beside it."""
+    ``handoff_us`` is the median over ``sizes`` of :func:`handoff_us` on the medians of the rounds, or, with three
+    sizes or more, the intercept of a line in the copied tensor's bytes (``handoff_us_per_byte`` its slope, both
+    clipped at 0; Theil-Sen); each size's value and the plans' medians are kept beside it."""
     import numpy as np
 
     rounds: dict = {}
@@ -66,8 +69,15 @@ def handoff_record(records_path: str, sizes=SIZES) -> dict:
     medians = {key: float(np.median(v)) for key, v in rounds.items()}
     per_size = {f"{n}x{k}": handoff_us(medians, n, k) for n, k in sizes}
     used = {key: us for key, us in medians.items() if key.startswith(("handoff-", "relu-"))}
+    fixed, per_byte = float(np.median(list(per_size.values()))), 0.0
+    if len(sizes) >= 3:  # a line in the copied tensor's bytes (float32), robust to one noisy size (Theil-Sen)
+        from scipy.stats import theilslopes
+
+        nbytes = np.array([4.0 * n * k for n, k in sizes])
+        slope, intercept, _, _ = theilslopes(list(per_size.values()), nbytes)
+        fixed, per_byte = max(0.0, float(intercept)), max(0.0, float(slope))
     return dict(kind="handoff", key="gpu-to-cpu", target="cuda->llvm", status="ok",
-                handoff_us=float(np.median(list(per_size.values()))), handoff_us_by_size=per_size,
+                handoff_us=fixed, handoff_us_per_byte=per_byte, handoff_us_by_size=per_size,
                 plan_medians_us=used, rounds=min(len(rounds[k]) for k in used), source=os.path.basename(records_path),
                 **meta)
 
@@ -78,11 +88,15 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", default=json.dumps(TARGETS))
     parser.add_argument("--records", help="the box's plan records (runner.py's records.jsonl) with the probes")
     parser.add_argument("--profile", help="with --records: the box's profile folder, to add the hand-off to")
+    parser.add_argument("--sizes", nargs="+", metavar="NxK", help="probe sizes (rows x columns of the copied input; "
+                        f"default {' '.join(f'{n}x{k}' for n, k in SIZES)}; 'line' for {len(SIZES_LINE)} sizes, 1 KB-8 MB)")
     args = parser.parse_args(argv)
+    sizes = SIZES_LINE if args.sizes == ["line"] else (
+        tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes) if args.sizes else SIZES)
     if args.records:
         from autoplace.profile.store import ProfileStore
 
-        record = handoff_record(args.records)
+        record = handoff_record(args.records, sizes)
         print(json.dumps(record, indent=1))
         if args.profile:
             ProfileStore(args.profile).append(record)
@@ -98,7 +112,7 @@ def main(argv=None) -> int:
 
     targets = TargetSet(json.loads(args.targets))
     plans = {}
-    for name, model in probe_models().items():
+    for name, model in probe_models(sizes).items():
         graph = op_graph(model)
         ops = {n: d["op"] for n, d in graph.nodes(data=True) if d.get("kind") == "op"}
         choices = {"all:cpu": {}, "all:gpu": {n: "gpu" for n in ops}}

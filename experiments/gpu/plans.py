@@ -85,7 +85,7 @@ def variant_costs(costs, kind: str, value: float):
     if kind != "handoff":
         return scaled_costs(costs, {kind: value})
     other = copy.copy(costs)
-    other.handoff_ = {**costs.handoff_, "cuda->llvm": value}
+    other.handoff_ = {**costs.handoff_, "cuda->llvm": (value, 0.0)}
     return other
 
 
