@@ -341,6 +341,39 @@ def test_bundle_rounds_merge_per_item_in_round_order_and_keep_a_failure():
     assert [r["status"] for r in merge_bundle_rounds([ok("a", 1, 1.0), failed, ok("a", 3, 1.0)])] == ["error"]
 
 
+def test_a_kernel_that_failed_on_an_earlier_call_and_ran_on_a_later_one_is_merged(tmp_path):
+    """Session 38's box failed detect-base's CPU top-k (a library the runner did not load yet); session 41's ran it.
+    The merge skips what a profile already holds, but not a kernel whose earlier record is a failure: its ok record
+    is appended, and the profile's readers keep the last record of a key. A failure after an ok record, or the
+    same ok record again, adds nothing."""
+    import tvm
+
+    from autoplace.profile.remote import merge_records
+    from autoplace.profile.store import _crc
+
+    def write(name, *records):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "metadata.json").write_text(json.dumps(dict(hardware_id="box", tvm_version=tvm.__version__)))
+        with open(folder / "records.jsonl", "w") as f:
+            for record in records:
+                record = dict(record, hardware_id="box", tvm_version=tvm.__version__, measured_at="t", round=1)
+                f.write(json.dumps(dict(record, crc=_crc(record))) + "\n")
+        return str(folder / "records.jsonl")
+
+    unit = dict(kind="unit", key="llvm-topk", target="llvm", samples=3)
+    failed = dict(unit, status="error", error="cannot find tvm.contrib.sort.topk")
+    ran = dict(unit, status="ok", median_us=965.0, min_us=960.0, max_us=970.0)
+    profiles = str(tmp_path / "profiles")
+    folder = merge_records(write("call1", failed), profiles)
+    merge_records(write("call2", ran), profiles)
+    merge_records(write("call3", failed), profiles)
+    merge_records(write("call4", ran), profiles)
+    df = ProfileStore(folder).records()
+    assert list(df["status"]) == ["error", "ok"]
+    assert df.drop_duplicates(subset=["key", "target"], keep="last")["median_us"].tolist() == [965.0]
+
+
 def test_a_plan_bundle_can_carry_yardstick_kernels_from_the_profile_bundle(tmp_path):
     """``experiments/gpu/plans.py --yardstick``: a few kernels of the profile bundle timed with the plans, so plans
     timed on another box than the profile's (a fresh GPU box each call) say how that box differs."""

@@ -652,3 +652,38 @@ def test_three_target_benchmark_reaches_one_percent():
     plan = solve(p, time_limit_s=30.0, relative_gap=0.01)
     assert plan.status == "optimal" and plan.gap <= 0.01
     # Its speed (< 10 s on 2 cores) is measured by experiments/solver_scale.py, not asserted here.
+
+
+def test_a_split_predicted_less_than_min_gain_faster_than_one_target_yields_to_it():
+    """Mixed plans predicted 0.7-1.5% faster than all-GPU ran 0.3-3% slower on the H200 box (session 41): a split
+    pays what no profile prices. ``one_target_alternatives`` lists the one-target plans a split beats by less than
+    the margin (fastest first); none when it wins by more, when the plan is on one target already, or when the
+    one-target plan breaks a cap."""
+    from autoplace.solve import CopyCost, one_target_alternatives
+
+    def problem(head_gpu_us, caps=None):
+        g = nx.DiGraph()
+        g.add_node("x", pinned="cpu")
+        g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0}, weight_bytes=1000)
+        g.add_node("head", latency_us={"cpu": 13.0, "gpu": head_gpu_us})
+        g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
+        g.add_edge("x", "hidden", nbytes=256 << 10)
+        g.add_edge("hidden", "head", nbytes=512 << 10)
+        g.add_edge("head", "out", nbytes=2560)
+        return PlacementProblem.from_graph(g, {("cpu", "gpu"): CopyCost(15.0, 6e-5), ("gpu", "cpu"): CopyCost(8.7, 1e-4)},
+                                           memory_bytes=caps)
+
+    close = problem(70.0)  # mixed 133 + 30.7 + 61.1 + 13 = 237.8 us; all-GPU 133 + 70 + 30.7 + 9.0 = 242.7 (2.0%)
+    plan = solve(close, "auto")
+    assert plan.assignment["head"] == "cpu" and plan.assignment["hidden"] == "gpu"
+    alternatives = one_target_alternatives(close, plan, 0.03)
+    assert [a.assignment["head"] for a in alternatives] == ["gpu"]
+    assert alternatives[0].objective_us == pytest.approx(solve(close, "all:gpu").objective_us)
+    assert alternatives[0].objective_us <= plan.objective_us * 1.03
+    assert one_target_alternatives(close, plan, 0.01) == []  # a 2% win is kept under a 1% margin
+    assert one_target_alternatives(close, plan, 0.0) == []
+    wide = problem(81.0)  # all-GPU 253.7: the split wins by 6.3%
+    assert one_target_alternatives(wide, solve(wide, "auto"), 0.03) == []
+    assert one_target_alternatives(close, solve(close, "all:gpu"), 0.03) == []  # already on one target
+    capped = problem(70.0, caps={"gpu": 500})  # the GPU holds the hidden layer's weights, not both kernels' outputs
+    assert one_target_alternatives(capped, solve(capped, "auto"), 0.03) == []

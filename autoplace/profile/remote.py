@@ -445,8 +445,11 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
     done = store.done()
     # a kernel that failed on an earlier call (e.g. a library that runner did not load) and ran now is added: its
     # ok record comes last, and readers keep the last record of a key
-    failed_before = {(r.get("kind"), r.get("key"), r.get("target")) for r in store.load().records
-                     if r.get("status", "ok") not in SUCCESS}
+    held = {}
+    for r in store.load().records:
+        tag = (r.get("kind"), r.get("key"), r.get("target"))
+        held[tag] = held.get(tag, False) or r.get("status", "ok") in SUCCESS
+    failed_before = {tag for tag, ran in held.items() if not ran}
     added = 0
     probes: dict = {}
     copies: dict = {}
@@ -460,6 +463,7 @@ def merge_records(records_path: str, profiles_root: str = "profiles", *, log=pri
         tag = (record["kind"], record["key"], record["target"])
         if tag in done and not (tag in failed_before and record.get("status", "ok") in SUCCESS):
             continue
+        failed_before.discard(tag)
         store.append(record)
         added += 1
     for label, pair in probes.items():

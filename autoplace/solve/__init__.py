@@ -21,7 +21,7 @@ from .local_search import improve_by_moves, improve_by_swaps
 from .mincut import solve_mincut
 from .plan import Copy, PlacementPlan
 from .problem import CopyCost, PlacementProblem
-from .solver import METHODS, solve
+from .solver import METHODS, one_target_alternatives, solve
 from .validate import recompute_cost_us, validate_plan
 
 __all__ = [

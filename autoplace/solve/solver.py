@@ -16,7 +16,7 @@ from .plan import PlacementPlan
 from .problem import PlacementProblem
 from .validate import validate_plan
 
-__all__ = ["METHODS", "solve"]
+__all__ = ["METHODS", "one_target_alternatives", "solve"]
 
 #: method names :func:`solve` accepts (plus ``"all:<target>"``)
 METHODS = ("auto", "ilp", "mincut", "greedy", "manual", "brute_force", "all:<target>", "memory-greedy:<target>")
@@ -154,3 +154,27 @@ def solve(
     )
     validate_plan(p, plan)
     return plan
+
+
+def one_target_alternatives(problem: PlacementProblem, plan: PlacementPlan, min_gain: float) -> list[PlacementPlan]:
+    """The ``all:<target>`` plans (fastest first) that ``plan`` beats by less than ``min_gain`` (a fraction of its
+    objective), when ``plan`` runs nodes on several targets; [] when it runs them on one, or when no one-target
+    plan fits the caps as the solver counts them (a pin elsewhere, a node one target cannot run).
+
+    A split pays costs no profile prices yet (one device waiting for the other, a CPU thread pool woken again);
+    :func:`autoplace.optimize` takes the first of these whose build fits (``min_split_gain``)."""
+    from ..errors import PlacementError
+
+    pinned_host = {n for n, t in plan.assignment.items() if problem.pinned[problem.nodes.index(n)] >= 0}
+    used = {t for n, t in plan.assignment.items() if n not in pinned_host}
+    if len(used) <= 1 or min_gain <= 0:
+        return []
+    out = []
+    for target in problem.targets:
+        try:
+            single = solve(problem, method=f"all:{target}")
+        except PlacementError:  # InfeasiblePlacementError too
+            continue
+        if dict(single.assignment) != dict(plan.assignment) and single.objective_us <= plan.objective_us * (1.0 + min_gain):
+            out.append(single)
+    return sorted(out, key=lambda p: p.objective_us)
