@@ -39,6 +39,7 @@ __all__ = [
     "fits_memory",
     "improve_by_moves",
     "improve_by_swaps",
+    "one_target_alternatives",
     "over_memory_caps",
     "recompute_cost_us",
     "solve",
