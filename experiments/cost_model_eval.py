@@ -669,6 +669,7 @@ def main(argv=None) -> int:
         "e2e_pure_vs_oracle_err",
     ]
     cols += [c for c in ("e2e_fresh_us", "e2e_fresh_err", "e2e_oracle_vs_fresh_err") if c in models]
+    cols = [c for c in cols if c in models]  # a profile without end-to-end model records (a GPU box's) has no e2e_*
     print("\nLeave-one-model-family-out (xgb; errors: predicted / measured - 1)\n")
     print(models[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("\nPooled\n")
