@@ -75,6 +75,16 @@ def _int_at_least(low: int):
     return parse
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in [0, 1) (e.g. 0.03 for 3%)")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -417,8 +427,10 @@ def cmd_optimize(args) -> int:
     from .optimizer import optimize
 
     result = optimize(model, None, targets, pins=pins, memory_bytes=memory,
-                      method=args.method, time_limit_s=args.time_limit)
+                      method=args.method, time_limit_s=args.time_limit, min_split_gain=args.min_split_gain)
     print(result)
+    for note in result.choice_notes()[:1] if result.split_declined else ():
+        print(f"note: {note}")
     print(result.summary().to_string(float_format=lambda v: f"{v:.1f}"))
     paths = result.save(args.out)
     for what, path in paths.items():
@@ -588,6 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="auto",
                    help="auto (default), ilp, mincut, greedy, all:<target>, memory-greedy:<target>")
     p.add_argument("--time-limit", type=_positive_seconds, default=10.0, help="solver time limit in seconds")
+    p.add_argument("--min-split-gain", type=_fraction, default=None, metavar="FRACTION",
+                   help="keep a plan over several targets only if predicted at least this much faster than the "
+                        "fastest one-target plan (default 0.03; 0 keeps any split)")
     p.add_argument("--out", default="out", help="output folder (default: out)")
     p.set_defaults(func=cmd_optimize)
 

@@ -370,6 +370,9 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     graph = op_graph(model)
     if measure not in MEASURE_MODES:
         raise AutoplaceError(f"measure={measure!r}: choose one of {list(MEASURE_MODES)}")
+    if min_split_gain is not None and not 0.0 <= float(min_split_gain) < 1.0:
+        raise AutoplaceError(f"min_split_gain={min_split_gain!r}: give a fraction in [0, 1) (0.03 keeps a split "
+                             "predicted at least 3% faster than one target; 0 keeps any split)")
     kernels = units_by_kind(model, graph, targets)
     if costs is None:
         costs = load_costs(targets, profile_dir)

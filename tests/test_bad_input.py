@@ -511,3 +511,22 @@ def test_api_memory_cap_that_is_not_a_number_names_the_target():
 
     with pytest.raises(autoplace.errors.PlacementError, match=r"memory_bytes\['cpu0'\] = 'abc' is not a number"):
         autoplace.optimize(zoo.parse("mlp"), None, M2, memory_bytes={"cpu0": "abc"})
+
+
+def test_a_split_margin_that_is_no_fraction_is_refused_before_any_work():
+    """``min_split_gain`` is a fraction of the plan's predicted latency: 3 (meant as 3%) or -0.1 would keep or drop
+    every split silently, so both are refused with the fix, in Python and on the command line."""
+    import subprocess
+    import sys
+
+    import autoplace
+    from autoplace import zoo
+    from autoplace.errors import AutoplaceError
+
+    for bad in (3, -0.1, float("nan")):
+        with pytest.raises(AutoplaceError, match=r"min_split_gain.*fraction in \[0, 1\)"):
+            autoplace.optimize(zoo.get("seed003"), None, {"cpu0": "llvm", "cpu1": "llvm"}, min_split_gain=bad)
+    run = subprocess.run([sys.executable, "-m", "autoplace", "optimize", "--zoo", "seed003", "--targets",
+                          '{"cpu0": "llvm", "cpu1": "llvm"}', "--min-split-gain", "3"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "not a fraction in [0, 1)" in run.stderr

@@ -481,3 +481,26 @@ def test_the_demo_says_when_the_host_runs_slow(tmp_path, monkeypatch):
     assert "2.5x slower" in host_speed_note(str(tmp_path / "p"))
     monkeypatch.setattr(HostSpeed, "slowdown", lambda self: 1.1)
     assert host_speed_note(str(tmp_path / "p")) == ""
+
+
+def test_a_split_the_gpu_boxs_profile_prices_under_3_percent_faster_yields_to_all_gpu():
+    """bert-base on the H200 box's measured profile (session 41): the solver's optimum puts its embedding kernels on
+    the CPU, predicted ~1.5% faster than all-GPU, which on the box ran 0.7-2.4% slower. With the default margin the
+    result is the all-GPU plan and says why; ``min_split_gain=0`` keeps the split. Planned here, nothing run."""
+    from autoplace.profile import default_profiles_root
+
+    box = os.path.join(default_profiles_root(), "intel-r-xeon-r-processor-f6m207-16c-nvidia-h200")
+    targets = {"cpu": {"kind": "llvm", "mcpu": "emeraldrapids"}, "gpu": {"kind": "cuda", "arch": "sm_90"}}
+    model = zoo.parse("bert-base")
+    split = autoplace.optimize(model, None, targets, profile_dir=box, measure="never", min_split_gain=0)
+    kernels = {t: sum(1 for u, x in split.plan.assignment.items() if x == t and split.view.graph.nodes[u].get("kind") == "unit")
+               for t in ("cpu", "gpu")}
+    assert kernels["cpu"] > 0 and kernels["gpu"] > 0 and split.split_declined is None
+    result = autoplace.optimize(model, None, targets, profile_dir=box, measure="never")
+    declined = result.split_declined
+    assert declined is not None and declined["single"] == "all:gpu"
+    assert declined["split_us"] == pytest.approx(split.plan.objective_us)
+    assert declined["split_us"] < declined["single_us"] <= declined["split_us"] * 1.03
+    assert {x for u, x in result.plan.assignment.items() if result.view.graph.nodes[u].get("kind") == "unit"} == {"gpu"}
+    assert result.plan.objective_us == pytest.approx(declined["single_us"])
+    assert "min_split_gain=0" in result.choice_notes()[0]
