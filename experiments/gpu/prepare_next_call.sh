@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build here (~10 min on 2 cores) what the GPU call refused in session 38 needs, into gpu_carry/ (git-ignored):
+# Build here (~5 min on 2 cores) what the GPU call refused in session 38 needed (run as session 41's call 1), into gpu_carry/ (git-ignored):
 #   gpu_carry/topk   detect-base's CPU kernels, top-k included (its CPU plans failed on the box: the runner now loads
 #                    libtvm_runtime_extra.so, where tvm.contrib.sort.topk lives)
 #   gpu_carry/plans2 the plans of mlp-base cnn-base bert-base inception-base detect-base llama-base (GPU capped at
