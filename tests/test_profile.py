@@ -1055,3 +1055,34 @@ def test_a_cuda_kernel_dlights_matmul_rule_fails_on_gets_the_other_rules_not_a_f
     units = extract_units(model, TargetSet({"gpu": {"kind": "cuda", "arch": "sm_90"}})["gpu"].target)
     assert failed == [["fused_conv2d_add_cuda_tir_clip_cuda_pad_cuda"]]  # the matmul rule, on that kernel alone
     assert len(units) == 2
+
+
+def test_a_kernel_whose_printed_script_binds_a_variable_twice_still_compiles_for_profiling():
+    """detect's box decoding (strided slices, two sigmoids' ``exp_x`` lets, a concatenation) prints as TVMScript that
+    TVM's parser refused as ill-formed ("multiple definitions of variable exp_x"), so the profiler and every bundle
+    failed it (session 41's box: the one CPU kernel of detect-base never timed). Parsed without that check it
+    compiles and computes what the kernel built straight from its PrimFunc computes."""
+    import tvm
+
+    from autoplace.profile import extract_units
+    from autoplace.profile.measure import compile_kernel
+
+    units = [u for u in extract_units(zoo.get("detect"), "llvm")
+             if "exp" in u.func_name and "strided_slice" in u.func_name and "concatenate" in u.func_name]
+    assert units
+    unit = units[0]
+    with pytest.raises(Exception, match="multiple definitions"):
+        tvm.script.from_source(unit.prim_func.script(show_meta=True))
+    lib = compile_kernel(unit.prim_func.script(show_meta=True), json.dumps({"kind": "llvm"}))
+    direct = tvm.tirx.build(unit.prim_func.with_attr("global_symbol", "main"), target=unit.prim_func.attrs["target"])
+    rng = np.random.default_rng(0)
+    outs = []
+    for module in (lib, direct):
+        args = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype)) if i < len(unit.arg_shapes) - unit.num_outputs
+                else tvm.runtime.empty(shape, dtype, tvm.cpu())
+                for i, (shape, dtype) in enumerate(zip(unit.arg_shapes, unit.arg_dtypes))]
+        rng = np.random.default_rng(0)
+        module["main"](*args)
+        outs.append([a.numpy() for a in args[len(args) - unit.num_outputs:]])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
