@@ -165,8 +165,8 @@ def one_target_alternatives(problem: PlacementProblem, plan: PlacementPlan, min_
     :func:`autoplace.optimize` takes the first of these whose build fits (``min_split_gain``)."""
     from ..errors import PlacementError
 
-    pinned_host = {n for n, t in plan.assignment.items() if problem.pinned[problem.nodes.index(n)] >= 0}
-    used = {t for n, t in plan.assignment.items() if n not in pinned_host}
+    pinned = {n for n, pin in zip(problem.nodes, problem.pinned) if pin >= 0}
+    used = {t for n, t in plan.assignment.items() if n not in pinned}
     if len(used) <= 1 or min_gain <= 0:
         return []
     out = []
