@@ -277,6 +277,28 @@ def test_copies_measured_size_by_size_are_priced_between_the_sizes_not_by_the_li
         PlacementProblem.from_graph(g, {("cpu", "gpu"): (15.0, 6e-5), ("gpu", "cpu"): bad})
 
 
+def _mlp_head(head_gpu_us: float = 81.0) -> nx.DiGraph:
+    """mlp-base as the H200 box ran it (session 38): a hidden layer far faster on the GPU, a 2048x10 classifier
+    whose input is 512 KB, the input and the output on the host."""
+    g = nx.DiGraph()
+    g.add_node("x", pinned="cpu")
+    g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0}, weight_bytes=1000)
+    g.add_node("head", latency_us={"cpu": 13.0, "gpu": head_gpu_us})
+    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
+    g.add_edge("x", "hidden", nbytes=256 << 10)
+    g.add_edge("hidden", "head", nbytes=512 << 10)
+    g.add_edge("head", "out", nbytes=2560)
+    return g
+
+
+def _exact_methods_validator_and_json_agree(problem, plan) -> None:
+    for method in ("ilp", "brute_force"):
+        assert solve(problem, method).objective_us == pytest.approx(plan.objective_us)
+    validate_plan(problem, plan)
+    again = PlacementProblem.from_dict(json.loads(json.dumps(problem.to_dict())))
+    assert np.allclose(again.copy_latency_us, problem.copy_latency_us)
+
+
 def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one_to_the_output_does_not():
     """mlp-base on the H200 box (session 38): its 2048x10 classifier runs in 13 us on the CPU against 81 us on the
     GPU, so the solver moved it to the CPU after the GPU's layers, and that plan ran 40-50 us slower than all-GPU.
@@ -285,14 +307,7 @@ def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one
     round trip agree."""
     from autoplace.solve import CopyCost
 
-    g = nx.DiGraph()
-    g.add_node("x", pinned="cpu")
-    g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0})
-    g.add_node("head", latency_us={"cpu": 13.0, "gpu": 81.0})
-    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
-    g.add_edge("x", "hidden", nbytes=256 << 10)
-    g.add_edge("hidden", "head", nbytes=512 << 10)
-    g.add_edge("head", "out", nbytes=2560)
+    g = _mlp_head()
     up = CopyCost(15.0, 6e-5)
     plain = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4)})
     handoff = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=60.0)})
@@ -304,11 +319,7 @@ def test_a_gpu_to_cpu_copy_that_a_cpu_kernel_waits_for_pays_the_hand_off_and_one
     mixed = {"x": "cpu", "hidden": "gpu", "head": "cpu", "out": "cpu"}
     _, copy_us, _ = recompute_cost_us(handoff, mixed)
     assert copy_us == pytest.approx(recompute_cost_us(plain, mixed)[1] + 60.0)
-    for method in ("ilp", "brute_force"):
-        assert solve(handoff, method).objective_us == pytest.approx(plan.objective_us)
-    validate_plan(handoff, plan)
-    again = PlacementProblem.from_dict(json.loads(json.dumps(handoff.to_dict())))
-    assert np.allclose(again.copy_latency_us, handoff.copy_latency_us)
+    _exact_methods_validator_and_json_agree(handoff, plan)
     with pytest.raises(PlacementError, match="handoff_us"):
         PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=-1.0)})
 
@@ -320,14 +331,7 @@ def test_a_hand_off_that_grows_with_the_tensor_prices_large_copies_into_a_cpu_ke
     the independent check and the JSON round trip agree."""
     from autoplace.solve import CopyCost
 
-    g = nx.DiGraph()
-    g.add_node("x", pinned="cpu")
-    g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0})
-    g.add_node("head", latency_us={"cpu": 13.0, "gpu": 81.0})  # mixed: 61 + 1 + 13 us, all-GPU: 81 + 9
-    g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
-    g.add_edge("x", "hidden", nbytes=256 << 10)
-    g.add_edge("hidden", "head", nbytes=512 << 10)
-    g.add_edge("head", "out", nbytes=2560)
+    g = _mlp_head()  # mixed: 61 + 1 + 13 us, all-GPU: 81 + 9
     up = CopyCost(15.0, 6e-5)
     fixed = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(8.7, 1e-4, handoff_us=1.0)})
     grows = PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(
@@ -337,11 +341,7 @@ def test_a_hand_off_that_grows_with_the_tensor_prices_large_copies_into_a_cpu_ke
     plan = solve(grows, "auto")
     assert plan.assignment == {"x": "cpu", "hidden": "gpu", "head": "gpu", "out": "cpu"}
     assert recompute_cost_us(grows, mixed)[1] == pytest.approx(recompute_cost_us(fixed, mixed)[1] + (512 << 10) * 4e-5)
-    for method in ("ilp", "brute_force"):
-        assert solve(grows, method).objective_us == pytest.approx(plan.objective_us)
-    validate_plan(grows, plan)
-    again = PlacementProblem.from_dict(json.loads(json.dumps(grows.to_dict())))
-    assert np.allclose(again.copy_latency_us, grows.copy_latency_us)
+    _exact_methods_validator_and_json_agree(grows, plan)
     with pytest.raises(PlacementError, match="handoff_us_per_byte"):
         PlacementProblem.from_graph(g, {("cpu", "gpu"): up, ("gpu", "cpu"): CopyCost(
             8.7, 1e-4, handoff_us_per_byte=-1e-5)})
@@ -662,15 +662,8 @@ def test_a_split_predicted_less_than_min_gain_faster_than_one_target_yields_to_i
     from autoplace.solve import CopyCost, one_target_alternatives
 
     def problem(head_gpu_us, caps=None):
-        g = nx.DiGraph()
-        g.add_node("x", pinned="cpu")
-        g.add_node("hidden", latency_us={"cpu": 950.0, "gpu": 133.0}, weight_bytes=1000)
-        g.add_node("head", latency_us={"cpu": 13.0, "gpu": head_gpu_us})
-        g.add_node("out", pinned="cpu", latency_us={"cpu": 0.0})
-        g.add_edge("x", "hidden", nbytes=256 << 10)
-        g.add_edge("hidden", "head", nbytes=512 << 10)
-        g.add_edge("head", "out", nbytes=2560)
-        return PlacementProblem.from_graph(g, {("cpu", "gpu"): CopyCost(15.0, 6e-5), ("gpu", "cpu"): CopyCost(8.7, 1e-4)},
+        return PlacementProblem.from_graph(_mlp_head(head_gpu_us), {("cpu", "gpu"): CopyCost(15.0, 6e-5),
+                                                                    ("gpu", "cpu"): CopyCost(8.7, 1e-4)},
                                            memory_bytes=caps)
 
     close = problem(70.0)  # mixed 133 + 30.7 + 61.1 + 13 = 237.8 us; all-GPU 133 + 70 + 30.7 + 9.0 = 242.7 (2.0%)
