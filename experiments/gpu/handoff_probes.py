@@ -70,11 +70,12 @@ def handoff_record(records_path: str, sizes=SIZES) -> dict:
     per_size = {f"{n}x{k}": handoff_us(medians, n, k) for n, k in sizes}
     used = {key: us for key, us in medians.items() if key.startswith(("handoff-", "relu-"))}
     fixed, per_byte = float(np.median(list(per_size.values()))), 0.0
-    if len(sizes) >= 3:  # a line in the copied tensor's bytes (float32), robust to one noisy size (Theil-Sen)
+    if len(sizes) >= 3:  # a line in the copied tensor's bytes (float32), robust to one noisy size (Theil-Sen:
+        # the median slope, and the median of what is left above the line as the intercept)
         from scipy.stats import theilslopes
 
         nbytes = np.array([4.0 * n * k for n, k in sizes])
-        slope, intercept, _, _ = theilslopes(list(per_size.values()), nbytes)
+        slope, intercept, _, _ = theilslopes(list(per_size.values()), nbytes, method="joint")
         fixed, per_byte = max(0.0, float(intercept)), max(0.0, float(slope))
     return dict(kind="handoff", key="gpu-to-cpu", target="cuda->llvm", status="ok",
                 handoff_us=fixed, handoff_us_per_byte=per_byte, handoff_us_by_size=per_size,
