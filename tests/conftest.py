@@ -13,6 +13,18 @@ os.environ["AUTOPLACE_CACHE"] = tempfile.mkdtemp(prefix="autoplace-measured-")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def short_in_context_patience():
+    """optimize(measure="auto") waits out a slow phase of the host for 10 s a model when it times kernels in context
+    (:data:`autoplace.profile.job.CONTEXT_PATIENCE_S`); the tests check what it builds, not how well it waits, and
+    make some 60 such calls: 2 s each here."""
+    from autoplace.profile import job
+
+    patience_s, job.CONTEXT_PATIENCE_S = job.CONTEXT_PATIENCE_S, 2.0
+    yield
+    job.CONTEXT_PATIENCE_S = patience_s
+
+
 @pytest.fixture(scope="session")
 def zoo_models():
     """Every small zoo model, built once per test session."""

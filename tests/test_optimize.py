@@ -50,7 +50,10 @@ def test_memory_cap_moves_kernels_and_the_plan_still_matches(zoo_models, referen
     assert used["cpu0"]["memory_bytes"] <= cap < all_cpu0  # binding
     assert capped.placement.memory_bytes()["cpu0"] <= cap  # and what the build allocates there fits too
     assert "cpu1" in {capped.assignment[n] for n in capped.view.members}  # kernels had to move
-    assert capped.predicted_us >= free.predicted_us - 1e-9  # a constraint never helps
+    # A constraint never helps: the capped optimum against the optimum of the same costs uncapped (each optimize
+    # call may time the kernels in context again, so the two calls' costs differ by the host's noise).
+    uncapped = autoplace.solve.PlacementProblem.from_dict({**capped.problem.to_dict(), "memory_bytes": [None, None]})
+    assert capped.plan.objective_us >= autoplace.solve.solve(uncapped).objective_us - 1e-9
     inputs, expected = reference_outputs["cnn"]
     assert_outputs_close(capped.run(*inputs), expected)
 

@@ -125,7 +125,8 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
         units = units[units["status"] == "ok"]
     measured = dict(zip(units["key"].astype(str), units["median_us"].astype(float)))
     in_model, l2 = in_model_times(units)
-    by_key = {str(r["key"]): r for _, r in units.iterrows()} if in_model else {}
+    read = [c for c in ("key", "weight_bytes", "bytes_out") if c in units]
+    by_key = {str(r["key"]): r for r in units[read].to_dict("records")} if in_model else {}
     rows = []
     for _, run in model_runs(records, kind).iterrows():
         keys = run.get("unit_keys")
@@ -258,7 +259,9 @@ class CostTable:
         self.overhead_fit_in_context_: dict = {}
         if not df.empty and "kind" in df:
             status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
-            for (_, rec), st in zip(df[df["kind"] == "unit"].iterrows(), status[df["kind"] == "unit"]):
+            is_unit = df["kind"] == "unit"
+            read = [c for c in ("key", "target", "median_us", "in_model_median_us", "l2_bytes") if c in df]
+            for rec, st in zip(df.loc[is_unit, read].to_dict("records"), status[is_unit]):
                 tag = (str(rec["key"]), str(rec["target"]))
                 us = rec.get("median_us")
                 if st == "ok" and us is not None and np.isfinite(us) and us > 0:
@@ -313,8 +316,8 @@ class CostTable:
         """:attr:`in_model_factor_` from the measured kernels timed in-model: the median ratio per target kind,
         op class and warm-time bin (:data:`IN_MODEL_BINS_US`), and per kind and bin over every class."""
         ratios: dict = {}
-        units = df[df["kind"] == "unit"]
-        for _, rec in units.iterrows():
+        read = [c for c in ("key", "target", "anchor_op", "ops", "func_name") if c in df]
+        for rec in df.loc[df["kind"] == "unit", read].to_dict("records"):
             tag = (str(rec["key"]), str(rec["target"]))
             if tag in self.measured_in_model_:
                 ratio = self.measured_in_model_[tag] / self.measured_[tag]
@@ -331,7 +334,8 @@ class CostTable:
 
         if "in_context_timing" not in df:
             return
-        for _, rec in df[df["kind"].isin(["model", "context"])].iterrows():
+        read = [c for c in ("target", "unit_keys", "in_context_us", "in_context_timing") if c in df]
+        for rec in df.loc[df["kind"].isin(["model", "context"]), read].to_dict("records"):
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
             if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list) or not keys:
                 continue

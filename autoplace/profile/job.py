@@ -579,7 +579,7 @@ CONTEXT_PATIENCE_S = 10.0
 
 
 def measure_in_context(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, rounds: int = 1,
-                       kernel_us: dict | None = None, patience_s: float = CONTEXT_PATIENCE_S,
+                       kernel_us: dict | None = None, patience_s: float | None = None,
                        progress: bool = True) -> dict:
     """Time the kernels of one model inside its runs (:mod:`.in_context`), built on each target kind of
     ``units_by_kind`` this machine can run; a ``context`` record per kind (no end-to-end latency) goes to
@@ -605,6 +605,7 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
     from .in_context import in_context_ceiling_us, in_context_record
 
     refuse_in_spawn_bootstrap("autoplace.optimize(measure='auto')")
+    patience_s = CONTEXT_PATIENCE_S if patience_s is None else patience_s
     targets = TargetSet(targets)
     _check_folder_is_this_machine(store)
     kinds = {}

@@ -45,6 +45,39 @@ def _crc(record: dict) -> str:
     return f"{zlib.crc32(body.encode()):08x}"
 
 
+#: ``{path: ((size, CRC-32 of the file), [(line number, record or None, reason)])}``: each records file parsed and
+#: checksummed once per content (a plan reads the same profile several times; a file of 25,000 records takes
+#: seconds to parse, its CRC milliseconds). Any change to the file changes its CRC, so a changed file is read again.
+_PARSED: dict = {}
+
+
+def _parsed_lines(path: str) -> list:
+    """``[(line number, record dict or None, why it was skipped)]`` of a records file, from :data:`_PARSED` while
+    the file's content is unchanged."""
+    with open(path, "rb") as f:
+        data = f.read()
+    version = (len(data), zlib.crc32(data))
+    cached = _PARSED.get(path)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    lines = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), 1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            lines.append((number, None, "torn or not JSON"))
+            continue
+        if not isinstance(record, dict) or record.get("crc") != _crc(record):
+            lines.append((number, None, "checksum mismatch"))
+            continue
+        lines.append((number, record, None))
+    _PARSED[path] = (version, lines)
+    return lines
+
+
 @dataclass
 class LoadReport:
     """What :meth:`ProfileStore.records` read: good records, and lines it skipped (with why)."""
@@ -220,28 +253,19 @@ class ProfileStore:
             return report
         meta = self.metadata
         hardware_id, tvm_version = self.expected()
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                text = line.strip()
-                if not text:
+        for number, record, reason in _parsed_lines(path):
+            if record is None:
+                report.skipped.append((number, reason))
+                continue
+            report.total += 1
+            by = (str(record.get("hardware_id", meta.get("hardware_id"))),
+                  str(record.get("tvm_version", meta.get("tvm_version"))))
+            if by != (hardware_id, tvm_version):
+                report.foreign += 1
+                report.foreign_groups[by] += 1
+                if not allow_foreign:
                     continue
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError:
-                    report.skipped.append((number, "torn or not JSON"))
-                    continue
-                if not isinstance(record, dict) or record.get("crc") != _crc(record):
-                    report.skipped.append((number, "checksum mismatch"))
-                    continue
-                report.total += 1
-                by = (str(record.get("hardware_id", meta.get("hardware_id"))),
-                      str(record.get("tvm_version", meta.get("tvm_version"))))
-                if by != (hardware_id, tvm_version):
-                    report.foreign += 1
-                    report.foreign_groups[by] += 1
-                    if not allow_foreign:
-                        continue
-                report.records.append(record)
+            report.records.append(dict(record))  # a copy: the cached one stays as the file says
         added = self.unit_fields()
         for record in report.records if added else ():
             extra = added.get(record.get("key")) if record.get("kind") == "unit" else None
