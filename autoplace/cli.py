@@ -363,7 +363,7 @@ def cmd_profile(args) -> int:
         from .profile.remote import build_bundle
 
         build_bundle(_load(specs), targets, args.bundle, rounds=args.rounds, append=args.bundle_append,
-                     kernel_kinds=args.bundle_kinds)
+                     kernel_kinds=args.bundle_kinds, copies=not args.no_copies, end_to_end=not args.no_end_to_end)
         print(f"next, on the device machine (TVM runtime only): python {args.bundle}/runner.py {args.bundle}"
               + (f" (times every item {args.rounds} times, round by round)" if args.rounds > 1 else "") + "\n"
               f"then here: autoplace profile --merge {args.bundle}/records.jsonl")

@@ -242,8 +242,20 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert len((bundle / "records.jsonl").read_text().splitlines()) == len(lines) * 3 // 2
     folder = merge_records(str(bundle / "records.jsonl"), str(tmp_path / "profiles"))
     df = ProfileStore(folder).records()
-    assert set(df["kind"]) == {"unit", "copy", "copy_fit", "launch"}
+    assert set(df["kind"]) == {"unit", "copy", "copy_fit", "launch", "model"}
     assert (df["status"] == "ok").all()
+    # the model built on the CPU, timed end to end and its kernels inside its runs, as a local job's model record:
+    # what prices that model's kernels on the box (its CPU-heavy plans were priced 14-20% low from warm times)
+    from autoplace.cost_model import CostTable
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    model = df[df["kind"] == "model"].iloc[0]
+    assert model["key"] == "seed003" and model["target"] == "llvm" and model["rounds"] == 3 and model["median_us"] > 0
+    assert model["in_context_timing"] == IN_CONTEXT_TIMING and len(model["round_in_context_us"]) == 3
+    assert len(model["in_context_us"]) == len(model["unit_keys"]) == 1
+    assert model["in_context_us"][0] > 0 and len(model["in_context_kernel_us"]) == 1
+    table = CostTable(df)
+    assert table.in_context_[("llvm", tuple(model["unit_keys"]))] == model["in_context_us"]
     # one record per item, its rounds merged as a profile job merges them (median of the fastest rounds)
     unit = df[df["kind"] == "unit"].iloc[0]
     assert unit["rounds"] == 3 and len(unit["round_medians_us"]) == 3 and "round" not in df

@@ -125,14 +125,15 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
 
     Parameters
     ----------
-    executable : tvm.relax.VMExecutable
-        The model built on one target (:func:`autoplace.profile.job.model_placement`).
+    executable : tvm.relax.VMExecutable or tvm.runtime.Module
+        The model built on one target (:func:`autoplace.profile.job.model_placement`), or its library loaded.
     devices : list of tvm.runtime.Device
         As the executable's runner has them.
     args : list of tvm.runtime.Tensor
         ``main``'s arguments on their devices (inputs, then weights).
     units : list of autoplace.profile.Unit
-        The model's kernels on that target, in launch order (:func:`autoplace.profile.extract_units`).
+        The model's kernels on that target, in launch order (:func:`autoplace.profile.extract_units`); only their
+        ``func_name`` is read.
     samples : int
         Samples to keep, each of back-to-back runs lasting about ``sample_ms`` (at least two runs; the first
         run of each is left out: it finds the caches as whatever ran before the sample left them).
@@ -148,9 +149,9 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or ``in_context_error`` (why not)
         when the calls do not match the units.
     """
-    from tvm import relax
+    from tvm.runtime.vm import VirtualMachine  # the runtime's (relax.VirtualMachine is it): a bundle's runner has no more
 
-    vm = relax.VirtualMachine(executable, devices)
+    vm = VirtualMachine(executable, devices)
     syncs = [d for d in devices if d.dlpack_device_type() != 1]  # asynchronous devices: wait for the kernel to end
     calls: list = []
     captured: list = []  # the hook's arguments of every call of one run, to time its cost with

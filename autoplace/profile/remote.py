@@ -34,9 +34,9 @@ from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
-from .job import target_label, unit_record
+from .job import model_fields, model_placement, target_label, unit_record
 from .measure import compile_kernel
-from .remote_runner import BENCH, STASH, STREAM_FILE
+from .remote_runner import BENCH, IN_CONTEXT_FILE, STASH, STREAM_FILE
 from .store import SUCCESS, ProfileStore, _crc
 from .units import extract_units
 
@@ -182,6 +182,43 @@ def plan_item(placement, record: dict, file: str, *, seed: int = 0) -> tuple[dic
     return item, values, write
 
 
+def model_item(model, graph, units, targets: TargetSet, name: str, file: str, *, seed: int = 0) -> tuple[dict, list, object]:
+    """``(item, arrays, build)`` of the model built entirely on target ``name``: a ``model`` record (as the local
+    job's, :func:`~.job.model_fields`) timed end to end like a placed model, and its kernels timed inside the runs
+    (``in_context``: each unit's ``func_name``, in launch order; the runner's :func:`~.remote_runner.time_in_context_item`)."""
+    placement = model_placement(model, graph, targets, name)
+    kind = targets[name].kind
+    item, values, write = plan_item(placement, model_fields(model, units, placement, kind), file, seed=seed)
+    item["in_context"] = [u.func_name for u in units]
+    return item, values, write
+
+
+def save_arrays(bundle_dir: str, model_name: str, values: list) -> tuple[str, dict]:
+    """A placed model's arguments in the bundle: ``(npz file, generated)``. Large float arrays are drawn on the box
+    (:data:`GENERATED_MIN_BYTES`; the bundle must stay small, and values do not change the time); the rest (inputs,
+    integer tensors, small weights) travel, one file per distinct set, which the items of one model share."""
+    import numpy as np
+
+    generated = {str(i): [list(v.shape), str(v.dtype)] for i, v in enumerate(values)
+                 if v.dtype.kind == "f" and v.nbytes >= GENERATED_MIN_BYTES}
+    kept = {f"arg{i}": v for i, v in enumerate(values) if str(i) not in generated}
+    crc = zlib.crc32(repr(sorted(generated.items())).encode())
+    for name, v in kept.items():
+        crc = zlib.crc32(np.ascontiguousarray(v).tobytes(), zlib.crc32(repr((name, v.shape, str(v.dtype))).encode(), crc))
+    model_safe = "".join(c if c.isalnum() else "_" for c in model_name)
+    arrays = os.path.join("lib", f"args_{model_safe}_{crc:08x}.npz")
+    if not os.path.exists(os.path.join(bundle_dir, arrays)):
+        np.savez(os.path.join(bundle_dir, arrays), **kept)
+    return arrays, generated
+
+
+def copy_runner(bundle_dir: str) -> None:
+    """The runner and the in-context timing it imports (:mod:`.in_context`), into the bundle."""
+    here = os.path.dirname(__file__)
+    shutil.copy(os.path.join(here, "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
+    shutil.copy(os.path.join(here, "in_context.py"), os.path.join(bundle_dir, IN_CONTEXT_FILE))
+
+
 # ----------------------------------------------------------------------------------------- derived records
 
 
@@ -297,12 +334,16 @@ def cpu_flags_needed(cpu_target) -> list:
 
 
 def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, rounds: int = 1,
-                 kernel_kinds=None, append: bool = False, log=print) -> dict:
+                 kernel_kinds=None, append: bool = False, copies: bool = True, end_to_end: bool = True,
+                 seed: int = 0, log=print) -> dict:
     """Compile kernels and probes for ``targets`` into ``bundle_dir``; returns the manifest. ``rounds``: how many
     times the runner times every item unless told otherwise (``runner.py --rounds``). ``kernel_kinds``: compile the
     models' kernels for these target kinds only (e.g. ``{"cuda"}``: training data for one device, whose CPU rounds
     would cost most of a GPU box's time). ``append``: add to the bundle already in ``bundle_dir`` (its kernels,
-    probes and placed models stay; a kernel it has is not compiled again) instead of starting a new one."""
+    probes and placed models stay; a kernel it has is not compiled again) instead of starting a new one.
+    ``copies``: the copy and call-overhead probes. ``end_to_end``: each model built on each of those kinds too, a
+    ``model`` record as the local job writes (:func:`model_item`): timed end to end, and its kernels timed inside
+    the runs (``in_context_us``), which is how a cost table prices that model's kernels on that machine."""
     targets = TargetSet(targets)
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
     path = os.path.join(bundle_dir, "manifest.json")
@@ -313,6 +354,8 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
             manifest = {**manifest, **json.load(f)}
     _compile_cuda_here([targets[n].target for n in targets], manifest, log)
     seen = {(u["record"]["key"], u["kind"]) for u in manifest["units"]}
+    have_models = {(m["record"]["key"], m["record"]["target"]) for m in manifest["models"]
+                   if m["record"]["kind"] == "model"}
     kinds = {}
     for name in targets:
         if kernel_kinds is None or targets[name].kind in set(kernel_kinds):
@@ -333,6 +376,22 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                                                               status="error", error=f"lower: {message}"))
                 log(f"{model.name}: its {kind} kernels failed to lower ({message}); skipped")
                 continue
+            if end_to_end and (model.name, kind) not in have_models:
+                have_models.add((model.name, kind))
+                safe = "".join(c if c.isalnum() else "_" for c in f"{model.name}_{kind}")
+                lib = os.path.join("lib", f"model_{safe}.so")
+                try:
+                    entry, values, write = model_item(model, graph, units, targets, tname, lib, seed=seed)
+                    write(os.path.join(bundle_dir, lib))
+                except Exception as err:
+                    failed += 1
+                    message = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
+                    manifest.setdefault("failed", []).append(dict(kind="model", key=model.name, target=kind,
+                                                                  status="error", error=f"build: {message}"))
+                    log(f"{model.name}: its {kind} build failed ({message}); no end-to-end item")
+                else:
+                    arrays, generated = save_arrays(bundle_dir, model.name, values)
+                    manifest["models"].append(dict(entry, arrays=arrays, generated=generated))
             for unit in units:
                 if (unit.key, kind) in seen:
                     continue
@@ -363,16 +422,18 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
         manifest["stream"] = STREAM_FILE
         manifest["stream_parallel_min"] = STREAM_PARALLEL_MIN_ELEMS
     have = {entry["file"] for entry in manifest["launch"] + manifest["copies"]}
-    probes = [("launch", item) for name in targets for item in launch_items(targets, name)]
-    probes += [("copies", item) for src in targets for dst in targets if src != dst
+    probes = [("launch", item) for name in targets for item in launch_items(targets, name)] if copies else []
+    probes += [("copies", item) for src in targets for dst in targets if src != dst and copies
                for item in copy_items(targets, src, dst, copy_sizes)]
     for where, (entry, write) in probes:
         if entry["file"] not in have:
             write(os.path.join(bundle_dir, entry["file"]))
             manifest[where].append(entry)
-    shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
+    copy_runner(bundle_dir)
     _write_manifest(manifest, path)
+    built = sum(m["record"]["kind"] == "model" for m in manifest["models"])
     log(f"bundle {bundle_dir}: {len(manifest['units'])} kernels ({failed} failed to compile), "
+        f"{built} models built on one target (end to end and in context), "
         f"{len(manifest['copies'])} copy probes, {len(manifest['launch'])} call-overhead probes")
     return manifest
 
@@ -496,8 +557,6 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
     there instead, seeded by their position), and a manifest item; ``runner.py`` times ``main`` with
     every argument on its device and writes ``kind="plan"`` records (``key`` = ``"<model>:<plan>"``).
     """
-    import numpy as np
-
     os.makedirs(os.path.join(bundle_dir, "lib"), exist_ok=True)
     path = os.path.join(bundle_dir, "manifest.json")
     manifest = dict(tvm_version=tvm.__version__, units=[])
@@ -511,21 +570,9 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
         lib = os.path.join("lib", f"plan_{safe}.so")
         item, values, write = plan_item(placement, plan_record(placement, model_name, label), lib, seed=seed)
         write(os.path.join(bundle_dir, lib))
-        # Large float weights are drawn on the box (the bundle must stay small; values do not change the time):
-        # :data:`GENERATED_MIN_BYTES`. The rest (inputs, integer tensors, small weights) travel, one file per
-        # distinct set, which the plans of one model share.
-        generated = {str(i): [list(v.shape), str(v.dtype)] for i, v in enumerate(values)
-                     if v.dtype.kind == "f" and v.nbytes >= GENERATED_MIN_BYTES}
-        kept = {f"arg{i}": v for i, v in enumerate(values) if str(i) not in generated}
-        crc = zlib.crc32(repr(sorted(generated.items())).encode())
-        for name, v in kept.items():
-            crc = zlib.crc32(np.ascontiguousarray(v).tobytes(), zlib.crc32(repr((name, v.shape, str(v.dtype))).encode(), crc))
-        model_safe = "".join(c if c.isalnum() else "_" for c in model_name)
-        arrays = os.path.join("lib", f"args_{model_safe}_{crc:08x}.npz")
-        if not os.path.exists(os.path.join(bundle_dir, arrays)):
-            np.savez(os.path.join(bundle_dir, arrays), **kept)
+        arrays, generated = save_arrays(bundle_dir, model_name, values)
         manifest["models"].append(dict(item, arrays=arrays, generated=generated))
-    shutil.copy(os.path.join(os.path.dirname(__file__), "remote_runner.py"), os.path.join(bundle_dir, "runner.py"))
+    copy_runner(bundle_dir)
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
     log(f"bundle {bundle_dir}: {len(plans)} placed models for end-to-end timing")

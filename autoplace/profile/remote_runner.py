@@ -53,6 +53,9 @@ STREAM_FILE = "lib/in_model_stream.so"
 #: ``BENCH()`` calls ``main`` with them. (``VirtualMachine.set_input`` moves every argument to the first
 #: device, and over RPC ``main`` cannot be called with tensors directly: they arrive as ``DLTensor*``.)
 STASH, BENCH = "autoplace_stash", "autoplace_bench"
+#: The in-context timing (``autoplace.profile.in_context``), copied beside the runner: a bundle's ``model`` items
+#: (a model built on one target) have their kernels timed inside the model's runs with it (:func:`time_in_context_item`).
+IN_CONTEXT_FILE = "in_context.py"
 
 
 def _crc(record):
@@ -429,6 +432,27 @@ def staged_outputs(machine):
     return flat
 
 
+def time_in_context_item(tvm, lib, devices, arrays, arg_devices, func_names, bundle_dir):
+    """The ``in_context_*`` fields of a ``model`` item (a model built on one target): each kernel timed inside the
+    model's runs by the bundle's copy of ``autoplace.profile.in_context`` (:data:`IN_CONTEXT_FILE`), ``main`` called
+    with every argument on its device; ``func_names``: the kernels the build launches, in order (the units')."""
+    import importlib.util
+    import types
+
+    path = os.path.join(bundle_dir, IN_CONTEXT_FILE)
+    if not os.path.exists(path):
+        return dict(in_context_error=f"this bundle has no {IN_CONTEXT_FILE} (built by an older autoplace)")
+    spec = importlib.util.spec_from_file_location("autoplace_bundle_in_context", path)
+    in_context = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(in_context)
+    call_args = [tvm.runtime.tensor(np.asarray(a), devices[d]) for a, d in zip(arrays, arg_devices)]
+    units = [types.SimpleNamespace(func_name=name) for name in func_names]
+    try:
+        return in_context.time_in_context(lib, devices, call_args, units)
+    except Exception as err:  # the model keeps its end-to-end timing
+        return dict(in_context_error=error_text(err), in_context_timing=in_context.IN_CONTEXT_TIMING)
+
+
 def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None, in_model=None):
     """Time one manifest item; returns the result fields (``status`` ``"ok"`` and the summary).
 
@@ -599,6 +623,11 @@ def main(argv=None):
                                    make_device=lambda kind, index: device(tvm, kind, index)))
         except Exception as err:
             record.update(status="error", error=error_text(err))
+        if "in_context" in item and record.get("status") == "ok":  # a model built on one target: its kernels too
+            record.update(time_in_context_item(
+                tvm, tvm.runtime.load_module(os.path.join(args.bundle, item["file"])),
+                [device(tvm, k, i) for k, i in item["devices"]], arrays, item["arg_devices"], item["in_context"],
+                args.bundle))
         write(record)
     if os.path.exists(current):
         os.remove(current)
