@@ -287,8 +287,10 @@ def _never_profiled_model(kernels: int = 1):
     return autoplace.load_model(bb.get(), name="never-profiled" if kernels == 1 else f"never-profiled-{kernels}")
 
 
-def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them():
-    from autoplace.profile import measured_here_dir
+def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them(monkeypatch):
+    from autoplace.profile import job, measured_here_dir
+
+    monkeypatch.setattr(job, "CONTEXT_PATIENCE_S", 10.0)  # as a user's call waits out a slow phase (conftest: 2 s)
 
     records = os.path.join(measured_here_dir(), "records.jsonl")
     model = _never_profiled_model()
@@ -371,6 +373,9 @@ def test_measure_auto_times_again_what_only_a_slow_host_read(tmp_path, monkeypat
     """Kernels whose rounds were all read while the host-speed canary ran slow are not confirmed: ``measure="auto"``
     times them in up to ``MEASURE_MAX_ROUNDS`` rounds, and the model in context for ``CONTEXT_PATIENCE_S`` more
     (here the canary reads every time twice its fastest)."""
+    from autoplace.profile import job
+
+    monkeypatch.setattr(job, "CONTEXT_PATIENCE_S", 10.0)  # the user's default (conftest: 2 s)
     from autoplace.optimizer import MEASURE_MAX_ROUNDS, MEASURE_ROUNDS
     from autoplace.profile import ProfileStore
     from autoplace.profile.hardware import measured_by
