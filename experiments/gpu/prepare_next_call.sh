@@ -7,6 +7,9 @@
 #   gpu_carry/ops    the op families' CPU kernels for the box's CPU (no end to end): the box's CPU model trains on 400
 #                    kernels, the CPU machines' on 1600
 #   gpu_carry/grid   the stride grid's CPU kernels and single-kernel models for the box's CPU
+# Session 42 (Zen 3, 2 cores): 9 minutes; ctx 97 kernels + 6 models, ops 861 kernels, grid 149 kernels + 149 models;
+# packed 1.3 + 4.0 + 3.2 MB, with rt (16 MB), wheels (3.2 MB) and the working tree (13 MB) 40 MB of the 64 MiB a call
+# carries. On the box ~0.1-0.2 s a kernel: ops and grid may need a second call (the runner resumes).
 # Then: mv profiles /work/profiles_hold; run (carry ["gpu_carry/rt", "gpu_carry/wheels", "gpu_carry/packed"], timeout ~400):
 #   PROFILE_BUNDLE=gpu_carry/ctx PLAN_BUNDLE=none EXTRA_BUNDLES="gpu_carry/ops gpu_carry/grid" \
 #       bash experiments/gpu/one_call.sh 150 0 220 3 1
