@@ -119,11 +119,24 @@ def _warn_other_thread_count(folder: str) -> None:
             "measure='auto' measures this model's kernels again on the threads used here.", stacklevel=4)
 
 
+#: ``{records file: ((size, CRC-32), kinds)}``: :func:`_measured_kinds` of each folder's records as last read (every
+#: plan asks it of every folder; parsing them all each time took seconds, keeping them parsed hundreds of MB).
+_KINDS: dict = {}
+
+
 def _measured_kinds(folder: str) -> set:
     """Target kinds a profile folder measured at least one kernel of successfully."""
+    from .store import file_version
+
+    path = os.path.join(folder, ProfileStore.RECORDS)
+    if not os.path.exists(path):
+        return set()
+    version = file_version(path)
+    if path in _KINDS and _KINDS[path][0] == version:
+        return set(_KINDS[path][1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        df = ProfileStore(folder).records(allow_foreign=True)
-    if not len(df) or "status" not in df:
-        return set()
-    return set(df["target"][(df["kind"] == "unit") & (df["status"] == "ok")])
+        records = ProfileStore(folder).load(allow_foreign=True).records
+    kinds = {r.get("target") for r in records if r.get("kind") == "unit" and r.get("status") == "ok"}
+    _KINDS[path] = (version, kinds)
+    return set(kinds)

@@ -22,7 +22,7 @@ import os
 import time
 import warnings
 import zlib
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -45,10 +45,21 @@ def _crc(record: dict) -> str:
     return f"{zlib.crc32(body.encode()):08x}"
 
 
-#: ``{path: ((size, CRC-32 of the file), [(line number, record or None, reason)])}``: each records file parsed and
-#: checksummed once per content (a plan reads the same profile several times; a file of 25,000 records takes
-#: seconds to parse, its CRC milliseconds). Any change to the file changes its CRC, so a changed file is read again.
-_PARSED: dict = {}
+#: ``{path: ((size, CRC-32 of the file), [(line number, record or None, reason)])}``, least recently read first: each
+#: records file parsed and checksummed once per content (a plan reads the same profile several times; a file of
+#: 25,000 records takes seconds to parse, its CRC milliseconds). Any change to the file changes its CRC, so a changed
+#: file is read again. Parsed records take about 8 kB each: the files read longest ago are dropped beyond
+#: :data:`PARSED_MAX_RECORDS`.
+_PARSED: OrderedDict = OrderedDict()
+#: Records :data:`_PARSED` keeps at most (about 320 MB; the largest committed profile has 25,000).
+PARSED_MAX_RECORDS = 40_000
+
+
+def file_version(path: str) -> tuple[int, int]:
+    """``(size, CRC-32)`` of a file's content: what tells a changed records file from the one read before."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return len(data), zlib.crc32(data)
 
 
 def _parsed_lines(path: str) -> list:
@@ -59,6 +70,7 @@ def _parsed_lines(path: str) -> list:
     version = (len(data), zlib.crc32(data))
     cached = _PARSED.get(path)
     if cached is not None and cached[0] == version:
+        _PARSED.move_to_end(path)
         return cached[1]
     lines = []
     for number, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), 1):
@@ -74,7 +86,10 @@ def _parsed_lines(path: str) -> list:
             lines.append((number, None, "checksum mismatch"))
             continue
         lines.append((number, record, None))
+    _PARSED.pop(path, None)
     _PARSED[path] = (version, lines)
+    while len(_PARSED) > 1 and sum(len(entry[1]) for entry in _PARSED.values()) > PARSED_MAX_RECORDS:
+        _PARSED.popitem(last=False)
     return lines
 
 
