@@ -399,8 +399,9 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     build_bundle([zoo.get("seed003")], TWO, str(bundle), copy_sizes=(4,))
     manifest = build_plan_bundle({("mlp", "matmul-on-cpu1"): autoplace.place(zoo.mlp(), None, {"relax.matmul": "cpu1"}, TWO),
                                   ("mlp", "all-on-cpu0"): autoplace.place(zoo.mlp(), None, {}, TWO)}, str(bundle))
-    assert len({m["arrays"] for m in manifest["models"]}) == 1  # inputs and small tensors, shared
-    assert all(len(m["generated"]) >= 3 for m in manifest["models"])  # mlp's weight matrices, drawn there
+    plans = [m for m in manifest["models"] if m["record"]["kind"] == "plan"]
+    assert len({m["arrays"] for m in plans}) == 1  # inputs and small tensors, shared
+    assert all(len(m["generated"]) >= 3 for m in plans)  # mlp's weight matrices, drawn there
     alone = tmp_path / "device"
     alone.mkdir()
     shutil.copytree(bundle, alone / "bundle")
@@ -422,6 +423,10 @@ def test_the_runner_alone_with_a_runtime_only_tvm_gives_the_records_of_a_local_j
     plan = {r["key"]: r for r in rows if r["kind"] == "plan"}
     assert set(plan) == {"mlp:matmul-on-cpu1", "mlp:all-on-cpu0"} and all(r["median_us"] > 0 for r in plan.values())
     assert plan["mlp:matmul-on-cpu1"]["copies"] > 0
+    # seed003 built on the CPU: timed end to end and its kernel in context by the bundle's in_context.py, on the
+    # runtime alone
+    model = [r for r in rows if r["kind"] == "model"]
+    assert len(model) == 1 and model[0]["median_us"] > 0 and len(model[0]["in_context_us"]) == 1, model
     # Without the compiler Target.current() has no FFI function; the CUDA runtime asks it for the GPU's compute
     # version through Python, so the runner gives one that answers "no target" (the device then says).
     code = ("import sys; sys.path.insert(0, 'bundle'); import tvm, runner; runner.load_device_runtimes(tvm); "
