@@ -9,16 +9,27 @@ measured ones). No timing, no training:
 
     python experiments/context_factor_estimate.py amd-epyc-f25m17-2c
 """
-import json, collections, sys
-import numpy as np, pandas as pd
+import collections
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+
 sys.path.insert(0, '.')
 from autoplace.cost_model.cost_model import record_op_class
+from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
 prof = sys.argv[1]
 units, models = {}, {}
-for l in open(f'profiles/{prof}/records.jsonl'):
-    r = json.loads(l)
-    if r['kind'] == 'unit' and r.get('target') == 'llvm' and r.get('status') == 'ok': units[r['key']] = r
-    if r['kind'] == 'model' and r.get('target') == 'llvm' and r.get('in_context_kernel_us') and r.get('in_context_timing') == 'vm-instrument/3': models[r['key']] = r
+with open(f"profiles/{prof}/records.jsonl") as f:
+    for line in f:
+        r = json.loads(line)
+        if r["kind"] == "unit" and r.get("target") == "llvm" and r.get("status") == "ok":
+            units[r["key"]] = r
+        if (r["kind"] == "model" and r.get("target") == "llvm" and r.get("in_context_kernel_us")
+                and r.get("in_context_timing") == IN_CONTEXT_TIMING):
+            models[r["key"]] = r
 lofo = pd.read_csv(f'experiments/results/{prof}/cost_model_lofo_models.csv').drop_duplicates('model').set_index('model')
 inm = [m for m in lofo.index if lofo.loc[m, 'in_model'] and m in models]
 # per model: {class: [ratio per distinct kernel]}, and in-model time per class (with repeats)

@@ -149,7 +149,8 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or ``in_context_error`` (why not)
         when the calls do not match the units.
     """
-    from tvm.runtime.vm import VirtualMachine  # the runtime's (relax.VirtualMachine is it): a bundle's runner has no more
+    # the runtime's VirtualMachine (relax.VirtualMachine is it): a bundle's runner has the runtime alone
+    from tvm.runtime.vm import VirtualMachine
 
     vm = VirtualMachine(executable, devices)
     syncs = [d for d in devices if d.dlpack_device_type() != 1]  # asynchronous devices: wait for the kernel to end
