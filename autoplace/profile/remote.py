@@ -193,6 +193,11 @@ def model_item(model, graph, units, targets: TargetSet, name: str, file: str, *,
     return item, values, write
 
 
+def _file_safe(text: str) -> str:
+    """``text`` with every character but letters and digits as ``_``: a bundle file's name."""
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
 def save_arrays(bundle_dir: str, model_name: str, values: list) -> tuple[str, dict]:
     """A placed model's arguments in the bundle: ``(npz file, generated)``. Large float arrays are drawn on the box
     (:data:`GENERATED_MIN_BYTES`; the bundle must stay small, and values do not change the time); the rest (inputs,
@@ -205,8 +210,7 @@ def save_arrays(bundle_dir: str, model_name: str, values: list) -> tuple[str, di
     crc = zlib.crc32(repr(sorted(generated.items())).encode())
     for name, v in kept.items():
         crc = zlib.crc32(np.ascontiguousarray(v).tobytes(), zlib.crc32(repr((name, v.shape, str(v.dtype))).encode(), crc))
-    model_safe = "".join(c if c.isalnum() else "_" for c in model_name)
-    arrays = os.path.join("lib", f"args_{model_safe}_{crc:08x}.npz")
+    arrays = os.path.join("lib", f"args_{_file_safe(model_name)}_{crc:08x}.npz")
     if not os.path.exists(os.path.join(bundle_dir, arrays)):
         np.savez(os.path.join(bundle_dir, arrays), **kept)
     return arrays, generated
@@ -378,8 +382,7 @@ def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SI
                 continue
             if end_to_end and (model.name, kind) not in have_models:
                 have_models.add((model.name, kind))
-                safe = "".join(c if c.isalnum() else "_" for c in f"{model.name}_{kind}")
-                lib = os.path.join("lib", f"model_{safe}.so")
+                lib = os.path.join("lib", f"model_{_file_safe(f'{model.name}_{kind}')}.so")
                 try:
                     entry, values, write = model_item(model, graph, units, targets, tname, lib, seed=seed)
                     write(os.path.join(bundle_dir, lib))
@@ -566,8 +569,7 @@ def build_plan_bundle(plans: dict, bundle_dir: str, *, seed: int = 0, log=print)
     manifest.setdefault("models", [])
     _compile_cuda_here([p.targets[n].target for p in plans.values() for n in p.targets], manifest, log)
     for (model_name, label), placement in plans.items():
-        safe = "".join(c if c.isalnum() else "_" for c in f"{model_name}_{label}")
-        lib = os.path.join("lib", f"plan_{safe}.so")
+        lib = os.path.join("lib", f"plan_{_file_safe(f'{model_name}_{label}')}.so")
         item, values, write = plan_item(placement, plan_record(placement, model_name, label), lib, seed=seed)
         write(os.path.join(bundle_dir, lib))
         arrays, generated = save_arrays(bundle_dir, model_name, values)

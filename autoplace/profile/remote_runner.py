@@ -432,6 +432,9 @@ def staged_outputs(machine):
     return flat
 
 
+_LOADED = {}  # {path of a bundle's in_context.py: the module}
+
+
 def time_in_context_item(tvm, lib, devices, arrays, arg_devices, func_names, bundle_dir):
     """The ``in_context_*`` fields of a ``model`` item (a model built on one target): each kernel timed inside the
     model's runs by the bundle's copy of ``autoplace.profile.in_context`` (:data:`IN_CONTEXT_FILE`), ``main`` called
@@ -442,9 +445,11 @@ def time_in_context_item(tvm, lib, devices, arrays, arg_devices, func_names, bun
     path = os.path.join(bundle_dir, IN_CONTEXT_FILE)
     if not os.path.exists(path):
         return dict(in_context_error=f"this bundle has no {IN_CONTEXT_FILE} (built by an older autoplace)")
-    spec = importlib.util.spec_from_file_location("autoplace_bundle_in_context", path)
-    in_context = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(in_context)
+    in_context = _LOADED.get(path)
+    if in_context is None:  # loaded once per bundle
+        spec = importlib.util.spec_from_file_location("autoplace_bundle_in_context", path)
+        in_context = _LOADED[path] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(in_context)
     call_args = [tvm.runtime.tensor(np.asarray(a), devices[d]) for a, d in zip(arrays, arg_devices)]
     units = [types.SimpleNamespace(func_name=name) for name in func_names]
     try:
@@ -599,6 +604,14 @@ def main(argv=None):
                                                    "killed); not timed again when resumed"))
             done.add((died.get("kind"), died.get("key"), died.get("target"), died.get("round", 1)))
 
+    last_loaded = {}  # the item's library, loaded once for its end-to-end and its in-context timing
+
+    def load(file):
+        if file not in last_loaded:
+            last_loaded.clear()
+            last_loaded[file] = tvm.runtime.load_module(os.path.join(args.bundle, file))
+        return last_loaded[file]
+
     todo = [(r, n, item) for r in range(1, rounds + 1) for n, item in enumerate(items, 1)]
     for r, n, item in todo:
         record = dict(item["record"], round=r)
@@ -619,15 +632,13 @@ def main(argv=None):
             json.dump(record, f)
         try:
             record.update(run_item(tvm, runtime_vm, item, timing=timing, arrays=arrays, in_model=in_model,
-                                   load=lambda file: tvm.runtime.load_module(os.path.join(args.bundle, file)),
-                                   make_device=lambda kind, index: device(tvm, kind, index)))
+                                   load=load, make_device=lambda kind, index: device(tvm, kind, index)))
         except Exception as err:
             record.update(status="error", error=error_text(err))
         if "in_context" in item and record.get("status") == "ok":  # a model built on one target: its kernels too
             record.update(time_in_context_item(
-                tvm, tvm.runtime.load_module(os.path.join(args.bundle, item["file"])),
-                [device(tvm, k, i) for k, i in item["devices"]], arrays, item["arg_devices"], item["in_context"],
-                args.bundle))
+                tvm, load(item["file"]), [device(tvm, k, i) for k, i in item["devices"]], arrays,
+                item["arg_devices"], item["in_context"], args.bundle))
         write(record)
     if os.path.exists(current):
         os.remove(current)

@@ -55,19 +55,22 @@ _PARSED: OrderedDict = OrderedDict()
 PARSED_MAX_RECORDS = 40_000
 
 
-def file_version(path: str) -> tuple[int, int]:
-    """``(size, CRC-32)`` of a file's content: what tells a changed records file from the one read before."""
+def _read_with_version(path: str) -> tuple[bytes, tuple[int, int]]:
+    """A file's bytes and ``(size, CRC-32)`` of them."""
     with open(path, "rb") as f:
         data = f.read()
-    return len(data), zlib.crc32(data)
+    return data, (len(data), zlib.crc32(data))
+
+
+def file_version(path: str) -> tuple[int, int]:
+    """``(size, CRC-32)`` of a file's content: what tells a changed records file from the one read before."""
+    return _read_with_version(path)[1]
 
 
 def _parsed_lines(path: str) -> list:
     """``[(line number, record dict or None, why it was skipped)]`` of a records file, from :data:`_PARSED` while
     the file's content is unchanged."""
-    with open(path, "rb") as f:
-        data = f.read()
-    version = (len(data), zlib.crc32(data))
+    data, version = _read_with_version(path)
     cached = _PARSED.get(path)
     if cached is not None and cached[0] == version:
         _PARSED.move_to_end(path)
