@@ -288,9 +288,13 @@ def _never_profiled_model(kernels: int = 1):
 
 
 def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them(monkeypatch):
-    from autoplace.profile import job, measured_here_dir
+    from autoplace.profile import in_context, job, measured_here_dir
 
     monkeypatch.setattr(job, "CONTEXT_PATIENCE_S", 10.0)  # as a user's call waits out a slow phase (conftest: 2 s)
+    # No ceiling on the in-context times: this test is about what gets measured and stored, and CI's host read
+    # this one tiny kernel 27% over its own time for 10 s (14 vs 11 us: no record, the test failed). The
+    # ceiling's refusal is tested in test_profile.py (test_a_model_timed_in_context_slower_than_its_kernels_allow_...).
+    monkeypatch.setattr(in_context, "in_context_ceiling_us", lambda kernel_us: None)
 
     records = os.path.join(measured_here_dir(), "records.jsonl")
     model = _never_profiled_model()
@@ -373,9 +377,10 @@ def test_measure_auto_times_again_what_only_a_slow_host_read(tmp_path, monkeypat
     """Kernels whose rounds were all read while the host-speed canary ran slow are not confirmed: ``measure="auto"``
     times them in up to ``MEASURE_MAX_ROUNDS`` rounds, and the model in context for ``CONTEXT_PATIENCE_S`` more
     (here the canary reads every time twice its fastest)."""
-    from autoplace.profile import job
+    from autoplace.profile import in_context, job
 
     monkeypatch.setattr(job, "CONTEXT_PATIENCE_S", 10.0)  # the user's default (conftest: 2 s)
+    monkeypatch.setattr(in_context, "in_context_ceiling_us", lambda kernel_us: None)  # as the test above
     from autoplace.optimizer import MEASURE_MAX_ROUNDS, MEASURE_ROUNDS
     from autoplace.profile import ProfileStore
     from autoplace.profile.hardware import measured_by
