@@ -110,6 +110,23 @@ def test_store_roundtrip_detects_torn_and_altered_lines(tmp_path):
     assert ("unit", "k3", "llvm") in store.done()
 
 
+def test_a_line_is_checked_on_its_text_and_a_line_written_another_way_on_its_record():
+    """The CRC of a line as the store writes it is checked on the line's text (the ``crc`` field taken out, first
+    key or not); a line another writer spaced differently is checked by serialising its record again; an altered
+    value fails both."""
+    from autoplace.profile.store import _crc, _intact
+
+    for record in (dict(a=1, kind="unit", median_us=2.5), dict(kind="unit", median_us=2.5, nested={"crc": "x"})):
+        record["crc"] = _crc(record)
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        assert _intact(line, json.loads(line))
+        spaced = json.dumps(record, indent=1)
+        assert _intact(spaced, json.loads(spaced))
+        altered = line.replace("2.5", "2.6")
+        assert not _intact(altered, json.loads(altered))
+    assert not _intact('{"kind":"unit"}', {"kind": "unit"}) and not _intact("[]", [])
+
+
 def test_kernel_descriptions_added_later_are_merged_into_the_records_that_lack_them(tmp_path):
     store = ProfileStore(str(tmp_path / "p"))
     store.append(dict(kind="unit", key="old", target="llvm", status="ok", median_us=1.0))

@@ -64,18 +64,19 @@ def find_profiles(kinds, profile_dir: str | None = None, root: str | None = None
         return [profile_dir]
     root = root or default_profiles_root()
     folders = sorted(os.path.join(root, d) for d in os.listdir(root)) if os.path.isdir(root) else []
-    covered = {folder: _measured_kinds(folder) for folder in folders if os.path.isdir(folder)}
+    folders = [folder for folder in folders if os.path.isdir(folder)]
     kinds = set(kinds)
     own = os.path.join(root, hardware_metadata()["hardware_id"])
     here = measured_here_dir()
     extra = [here] if os.path.isdir(here) and os.path.abspath(here) != os.path.abspath(own) else []
     here_kinds = _measured_kinds(here) if extra else set()
     # This machine's measurements alone never stand in for a profile: they have no cost model, no copy fits.
-    mine = covered[own] | here_kinds if own in covered else set()
-    if own in covered and kinds <= mine:
+    mine = _measured_kinds(own) | here_kinds if own in folders else set()
+    if own in folders and kinds <= mine:  # the other folders are not read (a second or so each, parsed)
         if "llvm" in kinds:
             _warn_other_thread_count(own)
         return [own] + extra
+    covered = {folder: _measured_kinds(folder) for folder in folders}
     for folder, have in covered.items():
         if kinds <= have:
             if own in covered:
