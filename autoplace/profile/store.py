@@ -55,8 +55,8 @@ def _intact(text: str, record) -> bool:
     if not isinstance(record, dict) or not isinstance(record.get("crc"), str):
         return False
     crc = record["crc"]
-    for field in (f',"crc":"{crc}"', f'"crc":"{crc}",'):
-        body = text.replace(field, "", 1)
+    for crc_field in (f',"crc":"{crc}"', f'"crc":"{crc}",'):
+        body = text.replace(crc_field, "", 1)
         if body != text and f"{zlib.crc32(body.encode()):08x}" == crc:
             return True
     return crc == _crc(record)
