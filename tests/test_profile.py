@@ -421,6 +421,12 @@ def test_a_plan_bundle_can_carry_yardstick_kernels_from_the_profile_bundle(tmp_p
     assert sorted(r["kind"] for r in records) == ["plan", "unit", "unit"]
     assert all(r["status"] == "ok" for r in records) and all(r["in_model_median_us"] > 0 for r in records
                                                              if r["kind"] == "unit")
+    # a kernel with weights also with its weights flushed from every cache, as a local job times it
+    from autoplace.profile.cache_state import WEIGHTS_COLD_TIMING
+
+    with_weights = [r for r in records if r["kind"] == "unit" and r.get("weight_args")]
+    assert with_weights and all(r["weights_cold_timing"] == WEIGHTS_COLD_TIMING and r["weights_cold_median_us"] > 0
+                                for r in with_weights)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile CUDA kernels")
@@ -734,7 +740,7 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
     import numpy as np
 
     from autoplace.profile import profile_models
-    from autoplace.profile.cache_state import IN_MODEL_TIMING, usable_l2_bytes
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING, usable_l2_bytes
     from autoplace.profile.job import fastest_rounds
 
     store = ProfileStore(str(tmp_path / "p"))
@@ -759,8 +765,22 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
         # 2026-11-26) mlp-base's matmuls read 0.45-0.66x warm in-model in some runs (warm 4.5 ms, in-model 2.5 ms),
         # and at the session's start commit too: the host, not the timing code.
         assert 0.4 * record["median_us"] < record["in_model_median_us"] < 6 * record["median_us"] + 5
+        # a kernel with weights timed a third time, its weights flushed from every cache (rounds merged alike)
+        if record["weight_args"]:
+            assert record["weights_cold_timing"] == WEIGHTS_COLD_TIMING
+            assert len(record["round_weights_cold_medians_us"]) == 2 and record["weights_cold_min_us"] > 0
+            assert record["weights_cold_median_us"] == pytest.approx(
+                float(np.median(fastest_rounds(record["round_weights_cold_medians_us"]))))
+        else:
+            assert "weights_cold_median_us" not in record
+    assert sum(bool(r["weight_args"]) for r in newest) >= 2
     assert profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False,
                           rounds=2)["measured"] == 0  # nothing left to time
+    # a kernel with weights whose record lacks the weights-cold timing (profiled before session 44) is timed again
+    with_weights = next(r for r in newest if r["weight_args"])
+    store.append({k: v for k, v in with_weights.items() if not k.startswith(("weights_cold", "round_weights_cold"))})
+    assert profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False,
+                          rounds=1)["measured"] == 1
 
 
 def test_cost_tables_price_models_larger_than_the_l2_in_model():

@@ -28,6 +28,7 @@ from .remote_runner import (  # noqa: F401  (re-exported: the profiler and the c
     IN_MODEL_TIMING,
     PREPROC_NAME,
     REREAD_MIN_BYTES,
+    WEIGHTS_COLD_TIMING,
     activation_inputs,
     l2_bytes,
 )

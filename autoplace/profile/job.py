@@ -34,7 +34,7 @@ from ..errors import ProfilingError
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
-from .cache_state import IN_MODEL_TIMING
+from .cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
 from .host_speed import HostSpeed, best_canary_us
@@ -286,6 +286,16 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
         merged.update(in_model_median_us=float(np.median(fastest_rounds(in_model))),
                       round_in_model_medians_us=in_model,
                       in_model_min_us=float(min(previous.get("in_model_min_us", np.inf), timing["in_model_min_us"])))
+    if "weights_cold_median_us" in timing:  # and with its weights in memory: alike
+        earlier = previous.get("round_weights_cold_medians_us")
+        if earlier is None:
+            same = previous.get("weights_cold_timing") == timing.get("weights_cold_timing")
+            earlier = [previous["weights_cold_median_us"]] if same and "weights_cold_median_us" in previous else []
+        cold = [float(v) for v in earlier] + [float(timing["weights_cold_median_us"])]
+        merged.update(weights_cold_median_us=float(np.median(fastest_rounds(cold))),
+                      round_weights_cold_medians_us=cold,
+                      weights_cold_min_us=float(min(previous.get("weights_cold_min_us", np.inf),
+                                                    timing["weights_cold_min_us"])))
     if "in_context_us" in timing:  # the model's kernels timed in context: the rounds of the fastest sums
         merged.update(merge_in_context_rounds(previous, timing))
     return merged
@@ -355,6 +365,14 @@ def _timed_the_old_way(newest: dict, done: set, record_kind: str, field: str, ve
     return {tag for tag, record in newest.items()
             if tag[0] == record_kind and tag in done and (target_kind is None or tag[2] == target_kind)
             and record.get(field) != version}
+
+
+def _weights_timed_the_old_way(newest: dict, done: set) -> set:
+    """Tags of ``done`` CPU kernel records with weights (``weight_args``) whose newest record lacks the
+    weights-cold timing :data:`~autoplace.profile.cache_state.WEIGHTS_COLD_TIMING`: they are timed again."""
+    return {tag for tag, record in newest.items()
+            if tag[0] == "unit" and tag[2] == "llvm" and tag in done and record.get("weight_args")
+            and record.get("weights_cold_timing") != WEIGHTS_COLD_TIMING}
 
 
 def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
@@ -696,7 +714,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             newest = store.newest_good()  # (read once: 3 s for a profile of 24 MB)
             untimed_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
-                                if "llvm" in kinds else set())
+                                | _weights_timed_the_old_way(newest, done) if "llvm" in kinds else set())
             untimed_in_context = (_timed_the_old_way(newest, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
             launches_now = {("model", model.name, kind): [u.key for u in units]
@@ -724,7 +742,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                 + (f"; not on this machine: {skipped}" if skipped else "")
                 + (f"; {retagged} CPU kernels the current schedules still make marked so" if retagged else "")
                 + (f"; {len(untimed_in_model & set(seen))} CPU kernels timed again because their records lack "
-                   f"the in-model timing {IN_MODEL_TIMING}" if untimed_in_model & set(seen) else "")
+                   f"the in-model timing {IN_MODEL_TIMING} (with weights: {WEIGHTS_COLD_TIMING})"
+                   if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
                 + (f"; {len(other_kernels)} models timed again because their records launch other kernels "

@@ -125,7 +125,10 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
     With ``weight_args`` (positions of the weight arguments; CPU kernels only), the kernel is also timed
     in-model (every core's L2 evicted, its activation inputs read back in, one run per sample,
     :func:`~autoplace.profile.cache_state.register_in_model_preproc`): ``in_model_median_us``,
-    ``in_model_min_us``; ``in_model_timing`` and ``l2_bytes`` say how.
+    ``in_model_min_us``; ``in_model_timing`` and ``l2_bytes`` say how. A kernel with weights is timed a third
+    time, in that state with its weights flushed from every cache
+    (:func:`~autoplace.profile.remote_runner.register_weights_cold_preproc`): ``weights_cold_median_us``,
+    ``weights_cold_min_us``, ``weights_cold_timing``.
     """
     dev = _device(kind)
     args = _random_args(shapes, dtypes, num_outputs, dev)
@@ -135,11 +138,16 @@ def time_kernel(lib, kind: str, shapes, dtypes, num_outputs, *, number, repeat, 
     result = _summary(np.asarray(timer(*args).results) * 1e6)
     if weight_args is not None and kind == "llvm":
         from . import cache_state
-        from .remote_runner import in_model_fields
+        from .remote_runner import in_model_fields, register_weights_cold_preproc, weights_cold_fields
 
         preproc = cache_state.register_in_model_preproc(
             cache_state.activation_inputs(len(args), num_outputs, weight_args))
         result.update(in_model_fields(lib, dev, args, preproc, repeat, cache_state.usable_l2_bytes()))
+        if weight_args:
+            import tvm
+
+            cold = register_weights_cold_preproc(tvm, weight_args)
+            result.update(weights_cold_fields(lib, dev, args, cold, repeat))
     return result
 
 

@@ -43,6 +43,17 @@ REREAD_MIN_BYTES = 4 << 10
 DEFAULT_L2_PER_CORE_BYTES = 512 << 10
 #: Name of the preprocessing function registered in the timing process (``time_evaluator(f_preproc=...)``).
 PREPROC_NAME = "autoplace.profile.in_model_cache"
+#: How a CPU kernel with weights is timed with its weights in memory (records carry it as ``weights_cold_timing``;
+#: kernels with weights timed otherwise are timed again): the in-model state (:data:`PREPROC_NAME`), then every
+#: weight argument flushed from every cache level by TVM's ``cache_flush_cpu_non_first_arg`` (``clflush``). A model
+#: whose weights per call outgrow what the caches keep of them from one call to the next reads each weight from
+#: memory: vit-base's kernels on the AMD Zen 3 summed in-model to -19.5% of its end-to-end time, so to +6.0%
+#: (session 43, ``experiments/warm_vs_cold_kernels.py``).
+WEIGHTS_COLD_TIMING = "in-model-weights-flushed/1"
+#: Name of the weights-cold preprocessing function (:func:`register_weights_cold_preproc`).
+WEIGHTS_COLD_PREPROC_NAME = "autoplace.profile.weights_cold_cache"
+#: TVM's packed function that flushes every argument but the first from the CPU caches.
+CACHE_FLUSH = "cache_flush_cpu_non_first_arg"
 #: A bundle's streaming kernels for in-model timing (``main(x, y)``: ``y = x + x`` over float32 vectors of any
 #: length, parallel, and ``serial(x, y)`` on one thread, built for the bundle's CPU target; the manifest's
 #: ``stream``, used in parallel from ``stream_parallel_min`` elements: :func:`stream_by_length`).
@@ -257,10 +268,14 @@ def register_stream_preproc(tvm, stream, reread_args, buffers):
 def time_in_model(tvm, lib, dev, call_args, record, stream, buffers, repeat):
     """A CPU kernel timed in-model (:func:`register_stream_preproc` before every run, one run per sample): the
     fields the profiler adds to its record (``in_model_median_us``, ``in_model_min_us``, ``in_model_timing``,
-    ``l2_bytes``)."""
+    ``l2_bytes``; for a kernel with weights, the ``weights_cold_*`` fields too: :func:`weights_cold_fields`)."""
     reread = activation_inputs(len(call_args), record["num_outputs"], record.get("weight_args") or [])
     name = register_stream_preproc(tvm, stream, reread, buffers)
-    return in_model_fields(lib, dev, call_args, name, repeat, l2_bytes())
+    fields = in_model_fields(lib, dev, call_args, name, repeat, l2_bytes())
+    if record.get("weight_args"):  # and with its weights in memory
+        fields.update(weights_cold_fields(lib, dev, call_args,
+                                          register_weights_cold_preproc(tvm, record["weight_args"]), repeat))
+    return fields
 
 
 def in_model_fields(lib, dev, call_args, preproc_name, repeat, l2_total_bytes):
@@ -270,6 +285,33 @@ def in_model_fields(lib, dev, call_args, preproc_name, repeat, l2_total_bytes):
     samples = np.asarray(cold(*call_args).results) * 1e6
     return dict(in_model_median_us=float(np.median(samples)), in_model_min_us=float(samples.min()),
                 in_model_timing=IN_MODEL_TIMING, l2_bytes=int(l2_total_bytes))
+
+
+def register_weights_cold_preproc(tvm, weight_args):
+    """Register :data:`WEIGHTS_COLD_PREPROC_NAME`: the registered in-model preprocessing (:data:`PREPROC_NAME`,
+    registered first for this kernel), then the arguments at ``weight_args`` flushed from every cache
+    (:data:`CACHE_FLUSH`, which skips its first argument: a placeholder goes there); returns its name."""
+    in_model = tvm.get_global_func(PREPROC_NAME)
+    flush = tvm.get_global_func(CACHE_FLUSH)
+    placeholder = tvm.runtime.tensor(np.zeros(1, "float32"), tvm.cpu())
+    weight_args = tuple(weight_args)
+
+    def preproc(*args):  # returns nothing: the timer takes no object back
+        in_model(*args)
+        flush(placeholder, *[args[i] for i in weight_args])
+
+    tvm.register_global_func(WEIGHTS_COLD_PREPROC_NAME, preproc, override=True)
+    return WEIGHTS_COLD_PREPROC_NAME
+
+
+def weights_cold_fields(lib, dev, call_args, preproc_name, repeat):
+    """Time ``main`` of ``lib`` once per sample after ``preproc_name`` (:func:`register_weights_cold_preproc`):
+    the weights-cold fields of a record (``weights_cold_median_us``, ``weights_cold_min_us``,
+    ``weights_cold_timing``)."""
+    cold = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=0, f_preproc=preproc_name)
+    samples = np.asarray(cold(*call_args).results) * 1e6
+    return dict(weights_cold_median_us=float(np.median(samples)), weights_cold_min_us=float(samples.min()),
+                weights_cold_timing=WEIGHTS_COLD_TIMING)
 
 
 #: Runtime libraries that ``import tvm`` loads with its backends, which ``TVM_USE_RUNTIME_LIB=1`` skips: without
