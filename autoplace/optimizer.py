@@ -87,7 +87,8 @@ class OptimizeResult:
     def summary(self):
         """Per target: kernels (how many priced by measurement, how many predicted by the cost model),
         ops, predicted compute time and memory, and ``cache``: ``"in-context"`` where the kernels were priced by
-        their times inside this model (:mod:`autoplace.profile.in_context`), ``"in-model"`` where as a model larger
+        their times inside this model (:mod:`autoplace.profile.in_context`), ``"weights-cold"`` where as a model
+        whose weights outgrow the caches runs them (weights from memory), ``"in-model"`` where as a model larger
         than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`); plus copies (a
         DataFrame)."""
         import pandas as pd
@@ -98,6 +99,7 @@ class OptimizeResult:
         per = self.plan.per_target()
         in_model = self.view.graph.graph.get("in_model", {})
         in_context = self.view.graph.graph.get("in_context", {})
+        weights_cold = self.view.graph.graph.get("weights_cold", {})
         for t in self.targets:
             info = per.get(t, {"nodes": [], "compute_us": 0.0, "memory_bytes": 0.0})
             units = [n for n in info["nodes"] if self.view.graph.nodes[n].get("kind") == "unit"]
@@ -109,6 +111,7 @@ class OptimizeResult:
                              compute_us=info["compute_us"], compute_lo_us=own["band_lo_us"],
                              compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6,
                              cache=("in-context" if in_context.get(self.targets[t].kind)
+                                    else "weights-cold" if weights_cold.get(self.targets[t].kind)
                                     else "in-model" if in_model.get(self.targets[t].kind) else "warm")))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
@@ -535,9 +538,14 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         # A model larger than this machine's L2 is priced in-model: a kernel timed warm only is missing too.
         in_model = kind == "llvm" and timed_in_model is not None and model_runs_in_model(units, usable_l2_bytes())
         # measured here or elsewhere, or seen failing (unsupported there): nothing to measure
+        # ... and one whose weights outgrow the caches with its weights from memory: a kernel with weights timed
+        # without them is missing too
+        cold = in_model and hasattr(own, "runs_weights_cold") and own.runs_weights_cold(units, kind)
         todo = [u for u in units if redo or ((u.key, kind) not in own.measured_
                                              and (u.key, kind) not in own.unsupported_)
-                or (in_model and (u.key, kind) in own.measured_ and (u.key, kind) not in timed_in_model)]
+                or (in_model and (u.key, kind) in own.measured_ and (u.key, kind) not in timed_in_model)
+                or (cold and u.weight_bytes > 0 and (u.key, kind) in own.measured_
+                    and (u.key, kind) not in own.measured_weights_cold_)]
         if todo:
             missing[kind] = todo
     # The VM's call overheads (``kind="launch"``) come with the copies: a machine never profiled has neither.

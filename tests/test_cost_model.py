@@ -787,3 +787,50 @@ def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     assert table.invoke_us("llvm:0", in_context=True) == pytest.approx(2.0, rel=0.05)
     assert table.launch_us("llvm:0") > 0.1  # the warm fit absorbs what warm times miss
     assert CostTable(_overhead_records(30)).overhead_fit_in_context_ == {}  # no in-context times: no such fit
+
+
+def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_from_memory():
+    """Kernels with weights are also timed with their weights flushed from every cache (``weights_cold_*``). A table
+    learns from its models with end-to-end records which weights per call the host's caches keep (here: models of
+    1 and 2 MB of weights run at their in-model sums, of 10 and 20 MB at their weights-cold sums): a model above
+    that line is priced weights-cold, its measured kernels by those times, an unmeasured one by its in-model price
+    plus its weights over the measured kernels' memory time per byte; a model below it stays in-model."""
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
+
+    mb = 1 << 20
+
+    def unit(key, weight_mb, cold=True):
+        rec = dict(kind="unit", status="ok", target="llvm", key=key, median_us=100.0, in_model_median_us=110.0,
+                   in_model_timing=IN_MODEL_TIMING, l2_bytes=mb, weight_bytes=weight_mb * mb, bytes_out=4096,
+                   flops=4.0 * weight_mb * mb, weight_args=[1] if weight_mb else [])
+        if weight_mb and cold:  # 10 us more per MB read from memory
+            rec.update(weights_cold_median_us=110.0 + 10.0 * weight_mb, weights_cold_timing=WEIGHTS_COLD_TIMING)
+        return rec
+
+    def run(name, keys, e2e_us):
+        return dict(kind="model", status="ok", target="llvm", key=name, model=name, median_us=e2e_us, unit_keys=keys)
+
+    units = [unit(f"w{m}", m) for m in (1, 2, 5, 10)] + [unit("act", 0)]
+    runs = [run("one", ["w1", "act"], 220.0),  # 1 MB: in-model sum 220, weights-cold 230
+            run("two", ["w2", "act"], 221.0),  # 2 MB: 220 / 240
+            run("ten", ["w5", "w5", "act"], 430.0),  # 10 MB: 330 / 430
+            run("twenty", ["w10", "w10", "act"], 535.0)]  # 20 MB: 330 / 530
+    table = CostTable(pd.DataFrame(units + runs))
+    assert table.measured_weights_cold_[("w5", "llvm")] == 160.0 and ("act", "llvm") not in table.measured_weights_cold_
+    assert table.weights_line_["llvm"] == pytest.approx(math.sqrt(2 * 10) * mb)  # between the 2 and the 10 MB model
+    assert table.weights_cold_per_byte_[("llvm", None)] == pytest.approx(10.0 / mb)
+    big = [unit("w10", 10), unit("w10", 10), unit("w5", 5), unit("act", 0)]
+    assert table.runs_weights_cold(big, "llvm") and not table.runs_weights_cold([unit("w2", 2), unit("act", 0)], "llvm")
+    priced = table.latencies(big, "llvm")
+    assert priced["weights_cold"].all() and list(priced["latency_us"]) == [210.0, 210.0, 160.0, 110.0]
+    small = table.latencies([unit("w2", 2), unit("act", 0)], "llvm")
+    assert not small["weights_cold"].any() and list(small["latency_us"]) == [110.0, 110.0]
+    # a kernel the profile timed in-model only: its weights' memory time from the other kernels' (10 us per MB)
+    untimed = unit("w8", 8, cold=False)
+    table = CostTable(pd.DataFrame(units + runs + [untimed]))
+    assert table.latencies([untimed, untimed, unit("act", 0)], "llvm")["latency_us"].tolist() == pytest.approx(
+        [190.0, 190.0, 110.0])
+    # without weights-cold timings (a profile timed before them) nothing is priced so
+    plain = [{k: v for k, v in u.items() if not k.startswith("weights_cold")} for u in units]
+    table = CostTable(pd.DataFrame(plain + runs))
+    assert not table.weights_line_ and not table.latencies(big, "llvm")["weights_cold"].any()

@@ -45,7 +45,15 @@ import pandas as pd
 
 from .cost_model import NEVER_HELD_OUT, create, record_op_class, training_units
 from .features import op_class
-from .table import BAND_COMBINES, MEASURED, PREDICTED, CostTable, in_model_times, plan_band
+from .table import (
+    BAND_COMBINES,
+    MEASURED,
+    PREDICTED,
+    CostTable,
+    in_model_times,
+    plan_band,
+    weights_cold_times,
+)
 from .train import in_model_training_records
 
 
@@ -338,6 +346,7 @@ def leave_one_family_out(
         units = units_all[units_all["target"] == kind]
         measured = dict(zip(units["key"], units["median_us"].astype(float)))
         measured_in_model, _ = in_model_times(units)
+        measured_cold = weights_cold_times(units)
         keys_of = model_unit_keys(records, kind)
         runs = model_runs(records, kind)
         label = f"{kind}:0"
@@ -347,8 +356,8 @@ def leave_one_family_out(
         calibration = dict(band_options or {}, **({"n_jobs": 1} if workers > 1 else {}))
 
         def one_fold(fold: int, fam: str, kind=kind, units=units, measured=measured,
-                     measured_in_model=measured_in_model, keys_of=keys_of, runs=runs, label=label,
-                     calibration=calibration) -> tuple:
+                     measured_in_model=measured_in_model, measured_cold=measured_cold, keys_of=keys_of, runs=runs,
+                     label=label, calibration=calibration) -> tuple:
             """The held-out family ``fam``'s model and kernel rows."""
             model_rows, unit_rows = [], []
             held = [m for m in keys_of if family(m) == fam]
@@ -385,6 +394,8 @@ def leave_one_family_out(
                 # Priced as optimize() prices the whole model: in-model when it outgrows the L2 (cache_state).
                 row_of = {k: r for k, (_, r) in zip(distinct, recs.iterrows())}
                 in_model = table.runs_in_model([row_of[k] for k in keys], kind)
+                # ... and weights-cold when its weights per call outgrow the line the training models set
+                cold = in_model and table.runs_weights_cold([row_of[k] for k in keys], kind)
                 if in_model and not in_model_fits:
                     in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
                                                           calibrate_with=runs_left if bands else None,
@@ -394,7 +405,7 @@ def leave_one_family_out(
                 pure_in = in_model_fits.get("pure") if in_model else None
                 if in_model:
                     table.in_model_model = in_model_fits["look"]
-                look_df = table.latencies(recs, kind, in_model=in_model, in_context=False)
+                look_df = table.latencies(recs, kind, in_model=in_model, in_context=False, weights_cold=cold)
                 pred_look = dict(zip(distinct, look_df["latency_us"]))
                 source = dict(zip(distinct, look_df["source"]))
                 meas = np.array([measured[k] for k in distinct])
@@ -444,7 +455,18 @@ def leave_one_family_out(
                         e2e_band_hi = {k: band_hi[k] * factor[k] for k in distinct}
                 e2e_measured = {k: measured_in_model.get(k, measured[k]) if in_model else measured[k]
                                 for k in distinct}
+                if cold:  # the weights' memory time: measured where timed (oracle), else as the table adds it
+                    extra = {k: table.weights_cold_extra_us(kind, row_of[k]) for k in distinct}
+                    e2e_measured = {k: measured_cold.get(k, e2e_measured[k] + extra[k]) for k in distinct}
+                    for k in distinct:
+                        pred = e2e_pred_pure[k]
+                        if bands:
+                            e2e_band_lo[k] = e2e_band_lo[k] + extra[k]
+                            e2e_band_hi[k] = e2e_band_hi[k] + extra[k]
+                        e2e_pred_pure[k] = pred + extra[k]
                 row["in_model"] = bool(in_model)
+                row["weights_cold"] = bool(cold)
+                row["weights_per_call_mb"] = table.weights_per_call([row_of[k] for k in keys]) / 1e6
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
                     call = {}  # the model record's main signature, where the profiler stored it

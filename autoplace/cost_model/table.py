@@ -49,7 +49,7 @@ UNSUPPORTED = "unsupported"
 
 #: Columns of :meth:`CostTable.latencies`.
 LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us",
-                   "in_model", "in_context"]
+                   "in_model", "in_context", "weights_cold"]
 
 #: Rules for adding per-kernel error bands up to a plan's band (:func:`plan_band`):
 #:
@@ -74,6 +74,12 @@ BAND_COMBINE = "correlated"
 IN_MODEL_BINS_US = (2.0, 5.0, 20.0, 100.0)
 #: Measured kernels an op class needs in a bin for a factor of its own (else the bin's over every class).
 IN_MODEL_MIN_KERNELS = 3
+
+#: Edges of the bins of FLOPs per weight byte (a kernel's work over the weights it reads: how much compute there is
+#: to hide their reading behind) of the weights' memory time (:meth:`CostTable.weights_cold_extra_us`).
+WEIGHTS_COLD_BINS = (2.0, 8.0, 32.0, 128.0)
+#: Measured kernels a bin needs for a memory time per weight byte of its own (else the median over every bin).
+WEIGHTS_COLD_MIN_KERNELS = 3
 
 #: End-to-end records of one target kind (with every kernel measured) needed before the VM's overhead
 #: terms are fitted to them (:func:`fit_vm_overhead`) instead of taken from the probes alone.
@@ -179,6 +185,14 @@ def in_model_times(units: pd.DataFrame) -> tuple[dict, int | None]:
             int(l2) if np.isfinite(l2) else None)
 
 
+def weights_cold_times(units: pd.DataFrame) -> dict:
+    """``{key: weights_cold_median_us}`` of unit records timed weights-cold (kernels with weights)."""
+    if "weights_cold_median_us" not in units:
+        return {}
+    timed = units[pd.to_numeric(units["weights_cold_median_us"], errors="coerce") > 0]
+    return dict(zip(timed["key"].astype(str), timed["weights_cold_median_us"].astype(float)))
+
+
 def _context_tag(units, target_kind: str) -> tuple:
     """``(kind, unit keys in launch order)``: how in-context times are looked up (:attr:`CostTable.in_context_`)."""
     if isinstance(units, pd.DataFrame):
@@ -235,6 +249,15 @@ class CostTable:
         #: in-model: what a predicted (warm) kernel is scaled by in a model that runs in-model
         #: (:meth:`in_model_factor`).
         self.in_model_factor_: dict = {}
+        #: ``{(key, kind): us}``: a kernel with weights timed in-model with its weights flushed from every cache
+        #: (``weights_cold_median_us``): as a model whose weights outgrow the caches runs it.
+        self.measured_weights_cold_: dict = {}
+        #: ``{(kind, FLOPs-per-weight-byte bin or None): us per weight byte}``: the median of (weights-cold -
+        #: in-model time) / weight bytes over the measured kernels (:meth:`weights_cold_extra_us`).
+        self.weights_cold_per_byte_: dict = {}
+        #: ``{kind: bytes}``: weights per call (every launch's) above which a model is priced weights-cold
+        #: (:meth:`runs_weights_cold`), where the profile's models say so (:meth:`_fit_weights_line`).
+        self.weights_line_: dict = {}
         #: ``{(kind, unit keys in launch order): [us per launch]}``: a model's kernels timed inside its runs
         #: (``in_context_us`` of ``model`` and ``context`` records, :mod:`autoplace.profile.in_context`).
         self.in_context_: dict = {}
@@ -260,7 +283,8 @@ class CostTable:
         if not df.empty and "kind" in df:
             status = df["status"] if "status" in df else pd.Series("ok", index=df.index)
             is_unit = df["kind"] == "unit"
-            read = [c for c in ("key", "target", "median_us", "in_model_median_us", "l2_bytes") if c in df]
+            read = [c for c in ("key", "target", "median_us", "in_model_median_us", "l2_bytes", "weights_cold_median_us")
+                    if c in df]
             for rec, st in zip(df.loc[is_unit, read].to_dict("records"), status[is_unit]):
                 tag = (str(rec["key"]), str(rec["target"]))
                 us = rec.get("median_us")
@@ -275,6 +299,11 @@ class CostTable:
                             self.l2_bytes_[tag[1]] = int(l2)
                     else:
                         self.measured_in_model_.pop(tag, None)
+                    cold = rec.get("weights_cold_median_us")
+                    if cold is not None and np.isfinite(cold) and cold > 0 and tag in self.measured_in_model_:
+                        self.measured_weights_cold_[tag] = float(cold)
+                    else:
+                        self.measured_weights_cold_.pop(tag, None)
                 elif st != "ok" and tag not in self.measured_:
                     self.unsupported_[tag] = str(st)
             self._fit_in_model_factors(df)
@@ -302,6 +331,7 @@ class CostTable:
                     per_byte = float(per_byte) if per_byte is not None and np.isfinite(per_byte) else 0.0
                     self.handoff_[str(rec["target"])] = (float(rec["handoff_us"]), per_byte)
             self._fit_overheads(df)
+            self._fit_weights_cold(df)
         if isinstance(model, os.PathLike) or (isinstance(model, str) and model.endswith(".json")):
             model = load(os.fspath(model))
         elif isinstance(model, str):
@@ -326,6 +356,106 @@ class CostTable:
                     ratios.setdefault(group, {})[tag[0]] = ratio
         self.in_model_factor_ = {group: float(np.median(list(r.values()))) for group, r in ratios.items()
                                  if group[1] is None or len(r) >= IN_MODEL_MIN_KERNELS}
+
+    def _fit_weights_cold(self, df: pd.DataFrame) -> None:
+        """:attr:`weights_cold_per_byte_` from the measured kernels timed weights-cold, then
+        :attr:`weights_line_` (:meth:`_fit_weights_line`)."""
+        if not self.measured_weights_cold_:
+            return
+        per_byte: dict = {}
+        read = [c for c in ("key", "target", "weight_bytes", "flops") if c in df]
+        for rec in df.loc[df["kind"] == "unit", read].to_dict("records"):
+            tag = (str(rec["key"]), str(rec["target"]))
+            weights = _finite(rec.get("weight_bytes"))
+            if tag not in self.measured_weights_cold_ or weights <= 0:
+                continue
+            extra = max(0.0, self.measured_weights_cold_[tag] - self.measured_in_model_[tag]) / weights
+            for group in ((tag[1], _intensity_bin(rec)), (tag[1], None)):
+                per_byte.setdefault(group, {})[tag[0]] = extra
+        self.weights_cold_per_byte_ = {group: float(np.median(list(v.values()))) for group, v in per_byte.items()
+                                       if group[1] is None or len(v) >= WEIGHTS_COLD_MIN_KERNELS}
+        self._fit_weights_line(df)
+
+    def _fit_weights_line(self, df: pd.DataFrame) -> None:
+        """:attr:`weights_line_`: per target kind, the weights per call that best separates the profile's models
+        priced right in-model from those priced right weights-cold.
+
+        Which cache keeps a model's weights from one call to the next is the host's (its L3, what other tenants
+        leave of it): on the AMD Zen 3, resnet-base's and convnext-base's kernels (2.8 and 4.7 MB of weights per
+        call) summed weights-cold to +49% and +46% of their end-to-end times, in-model to +20% and -2%;
+        swin-base's and vit-base's (5.1 and 12.9 MB) weights-cold to +0.1% and +6.0%, in-model to -17% and
+        -20% (session 43). Over the models with an end-to-end record whose kernels were all timed both ways
+        (and which run in-model), the line is the one that minimises the sum of their absolute log errors
+        (kernel sums plus the VM's overheads), put halfway (geometrically) between the two models it falls
+        between; no line (nothing priced weights-cold) when no model above it is priced better so.
+        """
+        if "unit_keys" not in df:
+            return
+        from ..profile.cache_state import model_runs_in_model
+
+        units = df[df["kind"] == "unit"]
+        weight_of = {(str(k), str(t)): _finite(w) for k, t, w in
+                     zip(units["key"], units["target"], units.get("weight_bytes", pd.Series(0, index=units.index)))}
+        out_of = {(str(k), str(t)): _finite(b) for k, t, b in
+                  zip(units["key"], units["target"], units.get("bytes_out", pd.Series(0, index=units.index)))}
+        runs = df[(df["kind"] == "model") & (df.get("status", "ok") == "ok")]
+        points: dict = {}  # kind -> [(weights per call, in-model sum + fixed, cold sum + fixed, end to end)]
+        for rec in runs[["target", "unit_keys", "median_us"]].to_dict("records"):
+            kind, keys, e2e = str(rec["target"]), rec.get("unit_keys"), _finite(rec.get("median_us"))
+            if not isinstance(keys, list) or len(keys) < 2 or e2e <= 0 or kind not in self.l2_bytes_:
+                continue
+            tags = [(str(k), kind) for k in keys]
+            if not all(t in self.measured_in_model_ for t in tags):
+                continue
+            heavy = [t for t in tags if weight_of.get(t, 0.0) > 0]
+            if not heavy or not all(t in self.measured_weights_cold_ for t in heavy):
+                continue
+            as_units = [dict(key=t[0], weight_bytes=weight_of.get(t, 0.0), bytes_out=out_of.get(t, 0.0)) for t in tags]
+            if not model_runs_in_model(as_units, self.l2_bytes_[kind]):
+                continue
+            label = f"{kind}:0"
+            fixed = self.invoke_us(label, default=0.0) + len(tags) * self.launch_us(label, default=0.0)
+            in_model = fixed + sum(self.measured_in_model_[t] for t in tags)
+            cold = fixed + sum(self.measured_weights_cold_.get(t, self.measured_in_model_[t]) for t in tags)
+            points.setdefault(kind, []).append((sum(weight_of.get(t, 0.0) for t in tags), in_model, cold, e2e))
+        for kind, pts in points.items():
+            pts.sort()
+            weights = [p[0] for p in pts]
+            best, best_cost = len(pts), None  # the first model priced weights-cold; len(pts): none
+            for first in range(len(pts), -1, -1):  # ties: the higher line (fewer models priced weights-cold)
+                cost = sum(abs(math.log((p[2] if i >= first else p[1]) / p[3])) for i, p in enumerate(pts))
+                if best_cost is None or cost < best_cost - 1e-12:
+                    best, best_cost = first, cost
+            if best < len(pts):
+                below = weights[best - 1] if best > 0 else weights[0] / 2
+                self.weights_line_[kind] = float(math.sqrt(max(below, 1.0) * weights[best]))
+
+    def weights_per_call(self, units) -> float:
+        """Bytes of weights one call of a model of these kernels (all of them, in launch order, with repeats)
+        reads: every launch's weights (each layer's are its own)."""
+        return float(sum(_finite(r.get("weight_bytes")) for r in as_records(list(units))))
+
+    def runs_weights_cold(self, units, target_kind: str) -> bool:
+        """Whether a model of these kernels is priced weights-cold on a target kind: it runs in-model
+        (:meth:`runs_in_model`) and reads more weights per call (:meth:`weights_per_call`) than the profile's
+        line (:attr:`weights_line_`; False without one)."""
+        kind = kind_of_label(target_kind)
+        units = list(units)
+        return (kind in self.weights_line_ and self.runs_in_model(units, kind)
+                and self.weights_per_call(units) > self.weights_line_[kind])
+
+    def weights_cold_extra_us(self, target_kind: str, record) -> float:
+        """What reading its weights from memory adds to a kernel's in-model time when the profile has no
+        weights-cold timing of it: its weight bytes times the measured kernels' median memory time per weight
+        byte in its bin of FLOPs per weight byte (:data:`WEIGHTS_COLD_BINS`; over every bin when its own has
+        fewer than :data:`WEIGHTS_COLD_MIN_KERNELS` kernels); 0 without weights or weights-cold timings."""
+        kind = kind_of_label(target_kind)
+        weights = _finite(record.get("weight_bytes"))
+        if weights <= 0:
+            return 0.0
+        per_byte = self.weights_cold_per_byte_.get((kind, _intensity_bin(record)),
+                                                   self.weights_cold_per_byte_.get((kind, None), 0.0))
+        return weights * per_byte
 
     def _read_in_context(self, df: pd.DataFrame) -> None:
         """:attr:`in_context_` from the ``model`` and ``context`` records that carry ``in_context_us`` timed the
@@ -484,7 +614,8 @@ class CostTable:
         return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
 
     def latencies(self, units, target_kind: str | None = None, *, graph=None,
-                  in_model: bool | None = None, in_context: bool = True) -> pd.DataFrame:
+                  in_model: bool | None = None, in_context: bool = True,
+                  weights_cold: bool | None = None) -> pd.DataFrame:
         """:meth:`unit_latency_us` for many units at once (one model call), with error bands.
 
         ``in_model``: price the kernels as a model larger than the L2 runs them (weights from L3 or memory,
@@ -498,6 +629,11 @@ class CostTable:
         order, and the profile timed them inside that model (:attr:`in_context_`), each is priced by its
         in-context time (measured, exact band); ``in_model`` then plays no part for that kind.
 
+        ``weights_cold``: of kernels priced in-model, price them as a model whose weights outgrow the caches runs
+        them (weights from memory): each measured kernel by its weights-cold time where the profile has one, every
+        other kernel by its in-model price plus :meth:`weights_cold_extra_us`. Default (None): when ``units``
+        :meth:`runs_weights_cold`, per target kind.
+
         Returns
         -------
         pandas.DataFrame
@@ -507,7 +643,8 @@ class CostTable:
             ``latency_us`` for a measured kernel (and ``inf`` for an unsupported one); for a predicted one
             the prediction times the model's calibrated factors (:meth:`CostModel.band_factors`); NaN where
             the model has no band table (never calibrated, or saved before bands existed): unknown.
-            ``in_model``: whether the row was priced in-model; ``in_context``: whether by its in-context time.
+            ``in_model``: whether the row was priced in-model; ``in_context``: whether by its in-context time;
+            ``weights_cold``: whether with its weights read from memory.
         """
         if isinstance(units, pd.DataFrame):
             recs = as_records(units)
@@ -524,12 +661,16 @@ class CostTable:
         in_model_of = {t: (self.runs_in_model([r for r, k in zip(recs, targets_of) if k == t], t)
                            if in_model is None else bool(in_model)) and context_of[t] is None
                        for t in set(targets_of)}
+        cold_of = {t: in_model_of[t] and (self.runs_weights_cold([r for r, k in zip(recs, targets_of) if k == t], t)
+                                          if weights_cold is None else bool(weights_cold))
+                   for t in set(targets_of)}
         position = dict.fromkeys(context_of, 0)
         for i, (rec, target) in enumerate(zip(recs, targets_of)):
             key = str(rec.get("key", ""))
             row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[],
                        op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan,
-                       in_model=in_model_of[target], in_context=context_of[target] is not None)
+                       in_model=in_model_of[target], in_context=context_of[target] is not None,
+                       weights_cold=cold_of[target])
             if row["in_context"]:
                 us = context_of[target][position[target]]
                 position[target] += 1
@@ -538,6 +679,8 @@ class CostTable:
                 us = self.measured_[(key, target)]
                 if row["in_model"]:
                     us = self.measured_in_model_.get((key, target), us)
+                if row["weights_cold"]:
+                    us = self.measured_weights_cold_.get((key, target), us + self.weights_cold_extra_us(target, rec))
                 row.update(latency_us=us, source=MEASURED, band_lo_us=us, band_hi_us=us)
             elif (key, target) in self.unsupported_:
                 row.update(latency_us=math.inf, source=UNSUPPORTED, band_lo_us=math.inf, band_hi_us=math.inf)
@@ -574,6 +717,10 @@ class CostTable:
             for j, i in enumerate(todo):
                 if scaled[j]:
                     lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"], lat[j])
+                if rows[i]["weights_cold"]:  # the band moves with it: the weights' time is added, not scaled
+                    extra = self.weights_cold_extra_us(rows[i]["target"], sub[j])
+                    lo[j], hi[j] = (lo[j] * lat[j] + extra) / (lat[j] + extra), (hi[j] * lat[j] + extra) / (lat[j] + extra)
+                    lat[j] += extra
                 rows[i].update(
                     latency_us=float(lat[j]),
                     unseen_ops=unseen[j],
@@ -726,6 +873,21 @@ class CostTable:
 
 
 _PREDICTED_SOURCES = (PREDICTED, PREDICTED_UNSEEN_OP)
+
+
+def _finite(value) -> float:
+    """``value`` as a float, 0 when missing or not finite."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+def _intensity_bin(record) -> int:
+    """The bin (:data:`WEIGHTS_COLD_BINS`) of a kernel's FLOPs per weight byte."""
+    weights, flops = _finite(record.get("weight_bytes")), _finite(record.get("flops"))
+    return int(np.searchsorted(WEIGHTS_COLD_BINS, flops / weights)) if weights > 0 else 0
 
 
 def _band_rows(rows) -> pd.DataFrame:

@@ -50,7 +50,8 @@ class UnitGraph:
         (op class, kernel key); ``weight_bytes``, ``output_bytes``), ``kind="input"`` and one ``"output"`` (both pinned to
         the host); edges carry ``nbytes`` and the ``tensor`` they move. ``graph.graph["in_model"]``:
         ``{target kind: whether its kernels were priced in-model}``, ``graph.graph["in_context"]``: whether by their
-        times inside this model (:meth:`CostTable.latencies`).
+        times inside this model, ``graph.graph["weights_cold"]``: whether with their weights from memory
+        (:meth:`CostTable.latencies`).
     members : dict
         Unit node -> its op nodes, in program order.
     owner : dict
@@ -166,17 +167,18 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
     by_nodes = {kind: {frozenset(u.nodes): u for u in units if u.nodes} for kind, units in units_by_kind.items()}
     computed = {kind: {n for u in units for n in u.nodes} for kind, units in units_by_kind.items()}
     # One cost query per target kind: measured where profiled, predicted by the cost model elsewhere.
-    priced, in_model, in_context = {}, {}, {}
+    priced, in_model, in_context, weights_cold = {}, {}, {}, {}
     for kind, units in units_by_kind.items():
         frame = costs.latencies(units, kind, graph=graph)
         in_model[kind] = bool(frame["in_model"].any()) if "in_model" in frame else False
         in_context[kind] = bool(len(frame) and frame["in_context"].all()) if "in_context" in frame else False
+        weights_cold[kind] = bool(frame["weights_cold"].any()) if "weights_cold" in frame else False
         lo = frame["band_lo_us"] if "band_lo_us" in frame else frame["latency_us"]
         hi = frame["band_hi_us"] if "band_hi_us" in frame else frame["latency_us"]
         op_class = frame["op_class"] if "op_class" in frame else [""] * len(frame)
         for unit, lat, src, low, high, cls in zip(units, frame["latency_us"], frame["source"], lo, hi, op_class):
             priced[(id(unit), kind)] = (float(lat), str(src), float(low), float(high), str(cls))
-    view = nx.DiGraph(in_model=in_model, in_context=in_context)
+    view = nx.DiGraph(in_model=in_model, in_context=in_context, weights_cold=weights_cold)
     host = targets.host.name
     host_kind = targets.host.kind
     for n, d in graph.nodes(data=True):
