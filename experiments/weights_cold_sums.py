@@ -1,0 +1,91 @@
+"""How a profile's models' measured kernels add up against their end-to-end times, timed three ways (no timing
+here: the profile's records).
+
+Per model with an end-to-end record on a target kind whose kernels were all measured: the weights every launch
+reads (MB per call), and the sum over its launches of each kernel's warm, in-model and weights-cold time
+(``weights_cold_median_us``: in-model with the kernel's weights flushed from every cache; a kernel without weights
+counts its in-model time), plus the VM's overheads as the cost table prices them, each as an error against the
+end-to-end median; and the in-context sum where the model was timed so. Then the line the cost table learnt
+(:meth:`autoplace.cost_model.CostTable._fit_weights_line`): models above it are priced weights-cold.
+
+    python experiments/weights_cold_sums.py amd-epyc-f25m1-2c
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
+    """One row per model of ``table``'s records (a :class:`~autoplace.cost_model.CostTable`) with an end-to-end
+    record on ``kind`` whose kernels were all measured."""
+    from autoplace.profile.cache_state import model_runs_in_model
+
+    df = table.records
+    units = df[(df["kind"] == "unit") & (df["target"] == kind)].drop_duplicates(["key"], keep="last")
+    unit_of = {str(r["key"]): r for r in units.to_dict("records")}
+    runs = df[(df["kind"] == "model") & (df["target"] == kind) & (df["status"] == "ok")]
+    runs = runs.drop_duplicates(["key"], keep="last")
+    rows = []
+    label = f"{kind}:0"
+    for rec in runs.to_dict("records"):
+        keys = rec.get("unit_keys")
+        if not isinstance(keys, list) or not keys or not all((str(k), kind) in table.measured_ for k in keys):
+            continue
+        tags = [(str(k), kind) for k in keys]
+        recs = [unit_of[t[0]] for t in tags if t[0] in unit_of]
+        if len(recs) != len(tags):
+            continue
+        e2e = float(rec["median_us"])
+        fixed = table.invoke_us(label, default=0.0) + len(tags) * table.launch_us(label, default=0.0)
+        warm = sum(table.measured_[t] for t in tags)
+        in_model = sum(table.measured_in_model_.get(t, table.measured_[t]) for t in tags)
+        with_weights = [t for t, r in zip(tags, recs) if float(r.get("weight_bytes") or 0) > 0]
+        timed_cold = all(t in table.measured_weights_cold_ for t in with_weights)
+        cold = (sum(table.measured_weights_cold_.get(t, table.measured_in_model_.get(t, table.measured_[t]))
+                    for t in tags) if timed_cold else np.nan)
+        context = table.in_context_times(recs, kind)
+        l2 = table.l2_bytes_.get(kind)
+        rows.append(dict(
+            model=str(rec["key"]), kernels=len(tags), weights_mb=table.weights_per_call(recs) / 1e6,
+            runs_in_model=bool(l2 is not None and model_runs_in_model(recs, l2)),
+            weights_cold=bool(table.runs_weights_cold(recs, kind)), e2e_us=e2e,
+            warm_err=(warm + fixed) / e2e - 1, in_model_err=(in_model + fixed) / e2e - 1,
+            weights_cold_err=(cold + fixed) / e2e - 1,
+            in_context_err=(sum(context) + table.invoke_us(label, default=0.0, in_context=True)
+                            + len(tags) * table.launch_us(label, default=0.0, in_context=True)) / e2e - 1
+            if context else np.nan))
+    return pd.DataFrame(rows).sort_values("weights_mb") if rows else pd.DataFrame(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("hardware_id", help="a folder of profiles/")
+    parser.add_argument("--min-weights-mb", type=float, default=0.5,
+                        help="list models reading at least this many MB of weights per call")
+    args = parser.parse_args(argv)
+    from autoplace.cost_model import CostTable
+    from autoplace.profile import ProfileStore
+
+    table = CostTable(ProfileStore(os.path.join(os.path.dirname(HERE), "profiles", args.hardware_id)).records())
+    sums = model_sums(table)
+    sums = sums[sums["weights_mb"] >= args.min_weights_mb]
+    line = table.weights_line_.get("llvm")
+    print(f"{args.hardware_id}: weights line {line / 1e6:.2f} MB per call" if line else
+          f"{args.hardware_id}: no weights line (no model priced better weights-cold, or none timed so)")
+    pd.set_option("display.width", 200)
+    print(sums.round(3).to_string(index=False))
+    out = os.path.join(HERE, "results", args.hardware_id, "weights_cold_sums.csv")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    sums.assign(weights_line_mb=line / 1e6 if line else np.nan).to_csv(out, index=False)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
