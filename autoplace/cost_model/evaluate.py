@@ -263,13 +263,14 @@ def family_residuals(
 
 
 def _fit_in_model(make, train_units: pd.DataFrame, *, quiet: bool, runs: pd.DataFrame | None = None,
-                  calibrate_with=None, **calibrate_options):
+                  calibrate_with=None, weights_line: dict | None = None, **calibrate_options):
     """A model of the in-model times of ``train_units`` (:func:`~autoplace.cost_model.train.in_model_records`:
     in-context times where the end-to-end records ``runs`` of the training families have them), calibrated on them
     and the end-to-end records ``calibrate_with`` when given; None when too few were timed so
     (:func:`~autoplace.cost_model.train.in_model_training_records`, as ``autoplace train`` decides)."""
     timed, _ = in_model_training_records(train_units if runs is None else pd.concat([train_units, runs],
-                                                                                    ignore_index=True))
+                                                                                    ignore_index=True),
+                                         weights_line=weights_line)
     timed = timed[timed["kind"] == "unit"] if "kind" in timed else timed
     if timed.empty:
         return None
@@ -399,8 +400,10 @@ def leave_one_family_out(
                 if in_model and not in_model_fits:
                     in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
                                                           calibrate_with=runs_left if bands else None,
+                                                          weights_line=table.weights_line_,
                                                           never_held_out=never_held_out, **calibration)
-                    in_model_fits["look"] = (_fit_in_model(make, look_train, quiet=quiet, runs=runs_other)
+                    in_model_fits["look"] = (_fit_in_model(make, look_train, quiet=quiet, runs=runs_other,
+                                                           weights_line=table.weights_line_)
                                              if len(look_train) != len(pure_train) else in_model_fits["pure"])
                 pure_in = in_model_fits.get("pure") if in_model else None
                 if in_model:

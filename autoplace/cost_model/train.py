@@ -34,7 +34,7 @@ def in_model_path(model_path: str) -> str:
             else f"{root}_in_model{ext or '.json'}")
 
 
-def in_model_records(records):
+def in_model_records(records, weights_line: dict | None = None):
     """``records`` with every unit record timed in-model (:mod:`autoplace.profile.cache_state`) priced at its
     in-model time (``median_us`` := ``in_model_median_us``) and the unit records without one left out: what the
     model of in-model times trains on. Other records are kept (they say which kernels each model launches).
@@ -42,10 +42,17 @@ def in_model_records(records):
     A kernel that the profile also timed in context, inside a model that runs in-model (:func:`in_context_times`),
     is priced at that time instead: it is the time the in-model timing stands in for, measured. On the AMD Zen 3 the
     two part by a host-dependent 10-20%: three of four base models' kernels summed 4-10% above their end-to-end time
-    in-model in session 20's records, 10-22% below it in session 23's; in context 1-7% below it, then within 1%."""
+    in-model in session 20's records, 10-22% below it in session 23's; in context 1-7% below it, then within 1%.
+
+    ``weights_line``: ``{kind: bytes}``, the weights per call above which a model is priced weights-cold
+    (:attr:`~autoplace.cost_model.table.CostTable.weights_line_`; default: the line a table of ``records`` learns).
+    In such a model a kernel's in-context time includes reading its weights from memory, which the cost table adds
+    to the in-model price itself: :func:`in_context_times` takes it out."""
     import pandas as pd
 
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    if weights_line is None:
+        weights_line = fitted_weights_line(df)
     if "in_model_median_us" not in df:
         return df[df["kind"] != "unit"] if "kind" in df else df.iloc[:0]
     in_model = pd.to_numeric(df["in_model_median_us"], errors="coerce")
@@ -53,7 +60,7 @@ def in_model_records(records):
     df = df[~units | (in_model > 0)].copy()
     timed = df["kind"] == "unit"
     df.loc[timed, "median_us"] = in_model[df.index[timed]]
-    in_context = in_context_times(df)
+    in_context = in_context_times(df, weights_line=weights_line)
     if in_context:
         measured = pd.Series([in_context.get((str(t), str(k)), np.nan) for t, k in zip(df["target"], df["key"])],
                              index=df.index)
@@ -62,7 +69,20 @@ def in_model_records(records):
     return df
 
 
-def in_context_times(records) -> dict:
+def fitted_weights_line(records) -> dict:
+    """The weights line (:attr:`~autoplace.cost_model.table.CostTable.weights_line_`) a table of ``records`` learns;
+    ``{}`` without weights-cold timings (no table is built then)."""
+    import pandas as pd
+
+    df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    if "weights_cold_median_us" not in df or not (pd.to_numeric(df["weights_cold_median_us"], errors="coerce") > 0).any():
+        return {}
+    from .table import CostTable
+
+    return dict(CostTable(df).weights_line_)
+
+
+def in_context_times(records, weights_line: dict | None = None) -> dict:
     """``{(target kind, kernel key): us}``: the median time of each kernel timed in context
     (:mod:`autoplace.profile.in_context`, ``in_context_kernel_us`` of an end-to-end record timed the current way,
     :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`, as :class:`~autoplace.cost_model.table.CostTable` reads
@@ -70,12 +90,17 @@ def in_context_times(records) -> dict:
     (:func:`~autoplace.profile.cache_state.model_runs_in_model`: more bytes per call than the L2 of the cores that
     timed the kernels, more than one kernel). Kernels of models that stay in the L2 are left out: their in-context
     times describe a warm cache, not the in-model one. Only kernels with a unit record count (a training fold lacks
-    those of the family it keeps out)."""
+    those of the family it keeps out).
+
+    In a model priced weights-cold (its weights per call above ``weights_line``, ``{kind: bytes}``), a kernel with
+    weights gets its in-context time less what its weights-cold timing adds to its in-model one (the weights'
+    memory time, which the cost table adds to in-model prices in such a model); one with weights and no
+    weights-cold timing is left out."""
     import pandas as pd
 
     from ..profile.cache_state import model_runs_in_model
     from ..profile.in_context import IN_CONTEXT_TIMING
-    from .table import in_model_times
+    from .table import in_model_times, weights_cold_times
 
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if not {"kind", "unit_keys", "in_context_kernel_us", "in_context_timing"} <= set(df.columns):
@@ -92,9 +117,26 @@ def in_context_times(records) -> dict:
                     if str(k) in rows.index]
         if not launches or not model_runs_in_model([rows.loc[k] for k, _ in launches], l2_bytes):
             continue
+        weights = {k: _number(rows.loc[k].get("weight_bytes")) for k, _ in launches}
+        line = (weights_line or {}).get(str(run["target"]))
+        cold = line is not None and sum(weights[k] for k, _ in launches) > line
+        in_model, weights_cold = (in_model_times(mine)[0], weights_cold_times(mine)) if cold else ({}, {})
         for key in dict.fromkeys(k for k, _ in launches):
-            times[(str(run["target"]), key)] = float(np.median([us for k, us in launches if k == key]))
+            us = float(np.median([us for k, us in launches if k == key]))
+            if cold and weights[key] > 0:
+                if key not in weights_cold or key not in in_model:
+                    continue
+                us = max(0.0, us - max(0.0, weights_cold[key] - in_model[key]))
+            times[(str(run["target"]), key)] = us
     return times
+
+
+def _number(value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if np.isfinite(value) else 0.0
 
 
 def in_model_coverage(records) -> dict:
@@ -117,7 +159,8 @@ def in_model_coverage(records) -> dict:
     return coverage
 
 
-def in_model_training_records(records, min_coverage: float = IN_MODEL_MIN_COVERAGE):
+def in_model_training_records(records, min_coverage: float = IN_MODEL_MIN_COVERAGE,
+                              weights_line: dict | None = None):
     """:func:`in_model_records` of the target kinds whose kernels were timed in-model nearly all
     (:data:`IN_MODEL_MIN_COVERAGE`), and ``{kind: (timed, measured)}`` of the kinds left out for too few."""
     import pandas as pd
@@ -125,7 +168,7 @@ def in_model_training_records(records, min_coverage: float = IN_MODEL_MIN_COVERA
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     coverage = in_model_coverage(df)
     short = {kind: c for kind, c in coverage.items() if c[0] < min_coverage * c[1]}
-    timed = in_model_records(df)
+    timed = in_model_records(df, weights_line=weights_line)
     if short:
         timed = timed[(timed["kind"] != "unit") | ~timed["target"].astype(str).isin(short)]
     return timed, short
