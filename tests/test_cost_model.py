@@ -664,6 +664,16 @@ def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_large
     assert price == {"big-a": 21.0, "big-b": 15.0, "big-c": 9.0, "small-a": 12.0, "small-b": 12.0, "alone": 12.0}
     # A kernel the records have no unit record of (a training fold left its family out) is not priced so.
     assert in_context_times(records[records["key"] != "big-b"]) == {("llvm", "big-a"): 21.0, ("llvm", "big-c"): 9.0}
+    # In a model priced weights-cold (its 8 MB of weights per call above the line) a kernel with weights learns its
+    # in-context time less what its weights-cold timing adds (the table adds that back): 21 - (17 - 12) = 16 us;
+    # one with weights and no weights-cold timing is left out (its in-model time stays).
+    assert in_context_times(records, weights_line={"llvm": 9 << 20}) == {
+        ("llvm", "big-a"): 21.0, ("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}  # 8 MB: not above a 9 MB line
+    cold = records.copy()
+    cold.loc[cold["key"] == "big-a", "weights_cold_median_us"] = 17.0
+    assert in_context_times(cold, weights_line={"llvm": 5 << 20}) == {
+        ("llvm", "big-a"): 16.0, ("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}
+    assert in_context_times(records, weights_line={"llvm": 5 << 20}) == {("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}
 
 
 def test_train_fits_no_model_of_in_model_times_when_few_kernels_were_timed_so(tmp_path, capsys):
