@@ -241,6 +241,12 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
     # CPU kernels were timed in-model on the servers too (the preprocessing library each session loads), the
     # L2 read there, as the local job reads it here.
     assert all(r["in_model_median_us"] > 0 and r["in_model_timing"] == IN_MODEL_TIMING for r in units)
+    # and the kernels with weights with their weights flushed from every cache (the same library's second function)
+    from autoplace.profile.cache_state import WEIGHTS_COLD_TIMING
+
+    with_weights = [r for r in units if r.get("weight_args")]
+    assert with_weights and all(r["weights_cold_median_us"] > 0 and r["weights_cold_timing"] == WEIGHTS_COLD_TIMING
+                                for r in with_weights)
     assert {r["l2_bytes"] for r in units} == {r["l2_bytes"] for r in mine if r["kind"] == "unit"}
 
 

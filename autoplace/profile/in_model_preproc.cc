@@ -8,17 +8,23 @@
 // library is uploaded and loaded with ``session.load_module``, and loading it registers two global functions in
 // the server process:
 //
-//   autoplace.profile.in_model_configure(reread_mask: int, parallel_min_elems: int) -> int
-//       The arguments the next preprocessing reads back in (bit i: argument i) and the length from which a
-//       vector is streamed by ``main`` (in parallel) rather than ``serial``; returns the L2 bytes it evicts
+//   autoplace.profile.in_model_configure(reread_mask: int, parallel_min_elems: int[, flush_mask: int]) -> int
+//       The arguments the next preprocessing reads back in (bit i: argument i), the length from which a
+//       vector is streamed by ``main`` (in parallel) rather than ``serial``, and the arguments the weights-cold
+//       preprocessing flushes (the kernel's weights; 0 when not given); returns the L2 bytes it evicts
 //       (sysfs index2 of cpu0 times the CPUs this process may use when the library was loaded, 512 KiB per CPU
 //       when sysfs does not say: remote_runner.l2_bytes).
 //   autoplace.profile.in_model_cache(*kernel arguments)
 //       The ``f_preproc`` of ``time_evaluator``: streams over twice that L2 (in parallel: each core's L2 sees
 //       its share), then over each argument of the mask of at least 4 KiB, as remote_runner.register_stream_preproc
 //       does with the same kernels.
+//   autoplace.profile.weights_cold_cache(*kernel arguments)
+//       The same, then the arguments of the flush mask flushed from every cache level by TVM's own
+//       ``cache_flush_cpu_non_first_arg`` (which skips its first argument), as
+//       remote_runner.register_weights_cold_preproc does.
 //
-// Only the C API of tvm-ffi (the function registry) is called, and the two TVM kernels beside this code.
+// Only the C API of tvm-ffi (the function registry, calling a global function) is called, and the two TVM kernels
+// beside this code.
 
 #include <dlpack/dlpack.h>
 #include <sched.h>
@@ -38,6 +44,8 @@ struct State {
   int64_t l2_bytes = 0;
   int64_t parallel_min = 32768;
   uint64_t reread_mask = 0;
+  uint64_t flush_mask = 0;
+  TVMFFIObjectHandle flush = nullptr;  // TVM's cache_flush_cpu_non_first_arg, looked up once
   float* evict = nullptr;
   int64_t evict_n = 0;
   float* scratch = nullptr;
@@ -110,11 +118,13 @@ DLTensor* TensorOf(const TVMFFIAny& arg) {
 }
 
 int Configure(void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
-  if (num_args != 2 || args[0].type_index != kTVMFFIInt || args[1].type_index != kTVMFFIInt) {
-    return Fail("autoplace.profile.in_model_configure(reread_mask: int, parallel_min_elems: int)");
+  if ((num_args != 2 && num_args != 3) || args[0].type_index != kTVMFFIInt || args[1].type_index != kTVMFFIInt ||
+      (num_args == 3 && args[2].type_index != kTVMFFIInt)) {
+    return Fail("autoplace.profile.in_model_configure(reread_mask: int, parallel_min_elems: int[, flush_mask: int])");
   }
   state.reread_mask = static_cast<uint64_t>(args[0].v_int64);
   state.parallel_min = args[1].v_int64;
+  state.flush_mask = num_args == 3 ? static_cast<uint64_t>(args[2].v_int64) : 0;
   if (state.l2_bytes == 0) state.l2_bytes = ReadL2Bytes();
   result->type_index = kTVMFFIInt;
   result->v_int64 = state.l2_bytes;
@@ -144,6 +154,30 @@ int Preproc(void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
   return 0;
 }
 
+int WeightsCold(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+  if (Preproc(self, args, num_args, result) != 0) return -1;  // the error is set
+  if (state.flush_mask == 0 || num_args == 0) return 0;
+  if (state.flush == nullptr) {
+    const char* name = "cache_flush_cpu_non_first_arg";
+    TVMFFIByteArray key{name, std::strlen(name)};
+    if (TVMFFIFunctionGetGlobal(&key, &state.flush) != 0 || state.flush == nullptr) {
+      return Fail("weights_cold_cache: this TVM has no cache_flush_cpu_non_first_arg");
+    }
+  }
+  TVMFFIAny call[65];
+  int32_t n = 0;
+  call[n++] = args[0];  // skipped by the flush: any argument
+  for (int32_t i = 0; i < num_args && i < 64; ++i) {
+    if ((state.flush_mask >> i) & 1) call[n++] = args[i];
+  }
+  TVMFFIAny out;
+  std::memset(&out, 0, sizeof(out));
+  out.type_index = kTVMFFINone;
+  if (TVMFFIFunctionCall(state.flush, call, n, &out) != 0) return -1;
+  result->type_index = kTVMFFINone;
+  return 0;
+}
+
 int Register(const char* name, TVMFFISafeCallType body) {
   TVMFFIObjectHandle f = nullptr;
   if (TVMFFIFunctionCreate(nullptr, body, nullptr, &f) != 0) return -1;
@@ -159,6 +193,7 @@ __attribute__((constructor)) void RegisterOnLoad() {
   state.l2_bytes = ReadL2Bytes();
   Register("autoplace.profile.in_model_configure", Configure);
   Register("autoplace.profile.in_model_cache", Preproc);
+  Register("autoplace.profile.weights_cold_cache", WeightsCold);
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ CPU kernels are timed in-model too, as a local job times them (:mod:`autoplace.p
 builds a small library for the servers' CPU (:func:`build_in_model_library`: the bundle's streaming kernels with
 ``in_model_preproc.cc`` linked in), each session uploads and loads it, and loading it registers the preprocessing
 that ``time_evaluator(f_preproc=...)`` runs there before every sample (every core's L2 evicted, the kernel's
-activation inputs read back in); ``autoplace.profile.in_model_configure`` tells it which arguments to read back.
+activation inputs read back in); ``autoplace.profile.in_model_configure`` tells it which arguments to read back,
+and which the weights-cold preprocessing (``autoplace.profile.weights_cold_cache``: the same, then the kernel's
+weights flushed from every cache by TVM's ``cache_flush_cpu_non_first_arg``) flushes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES
 from .remote_runner import (
     PREPROC_NAME,
+    WEIGHTS_COLD_PREPROC_NAME,
     activation_inputs,
     cores_from,
     cpu_arch_from,
@@ -67,6 +70,7 @@ from .remote_runner import (
     hardware_id,
     in_model_fields,
     run_item,
+    weights_cold_fields,
 )
 
 #: Registered with :data:`PREPROC_NAME` when a server loads the in-model library (``in_model_preproc.cc``).
@@ -546,10 +550,16 @@ class Farm:
             def in_model(lib, dev, call_args, record):
                 from .remote import STREAM_PARALLEL_MIN_ELEMS
 
-                reread = activation_inputs(len(call_args), record["num_outputs"], record.get("weight_args") or [])
+                weights = record.get("weight_args") or []
+                reread = activation_inputs(len(call_args), record["num_outputs"], weights)
                 l2 = session.get_function(CONFIGURE_NAME)(sum(1 << i for i in reread if i < 64),
-                                                          STREAM_PARALLEL_MIN_ELEMS)
-                return in_model_fields(lib, dev, call_args, PREPROC_NAME, self.timing["repeat"], l2)
+                                                          STREAM_PARALLEL_MIN_ELEMS,
+                                                          sum(1 << i for i in weights if i < 64))
+                fields = in_model_fields(lib, dev, call_args, PREPROC_NAME, self.timing["repeat"], l2)
+                if weights:  # and with its weights flushed from every cache, as a local job times it
+                    fields.update(weights_cold_fields(lib, dev, call_args, WEIGHTS_COLD_PREPROC_NAME,
+                                                      self.timing["repeat"]))
+                return fields
 
         try:
             return run_item(tvm_module, runtime_vm, work.item, load=load, timing=self.timing, arrays=work.arrays,
