@@ -799,7 +799,7 @@ def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     assert CostTable(_overhead_records(30)).overhead_fit_in_context_ == {}  # no in-context times: no such fit
 
 
-def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_from_memory():
+def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_from_memory(tmp_path):
     """Kernels with weights are also timed with their weights flushed from every cache (``weights_cold_*``). A table
     learns from its models with end-to-end records which weights per call the host's caches keep (here: models of
     1 and 2 MB of weights run at their in-model sums, of 10 and 20 MB at their weights-cold sums): a model above
@@ -840,6 +840,18 @@ def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_f
     table = CostTable(pd.DataFrame(units + runs + [untimed]))
     assert table.latencies([untimed, untimed, unit("act", 0)], "llvm")["latency_us"].tolist() == pytest.approx(
         [190.0, 190.0, 110.0])
+    # measure="auto" bounds a model's in-context times by its kernels' own: the weights-cold ones in such a model
+    from autoplace.optimizer import _own_kernel_us
+    from autoplace.profile import ProfileStore
+
+    class Launch(dict):
+        key = property(lambda self: self["key"])
+
+    store = ProfileStore(str(tmp_path / "empty"))
+    own = _own_kernel_us({"llvm": [Launch(u) for u in big]}, table, store)
+    assert own == {"llvm": [210.0, 210.0, 160.0, 110.0]}
+    assert _own_kernel_us({"llvm": [Launch(unit("w2", 2)), Launch(unit("act", 0))]}, table, store) == {
+        "llvm": [110.0, 110.0]}
     # without weights-cold timings (a profile timed before them) nothing is priced so
     plain = [{k: v for k, v in u.items() if not k.startswith("weights_cold")} for u in units]
     table = CostTable(pd.DataFrame(plain + runs))
