@@ -399,6 +399,7 @@ class CostTable:
         out_of = {(str(k), str(t)): _finite(b) for k, t, b in
                   zip(units["key"], units["target"], units.get("bytes_out", pd.Series(0, index=units.index)))}
         runs = df[(df["kind"] == "model") & (df.get("status", "ok") == "ok")]
+        runs = runs.drop_duplicates(subset=["target", "key"], keep="last") if "key" in runs else runs  # the newest
         points: dict = {}  # kind -> [(weights per call, in-model sum + fixed, cold sum + fixed, end to end)]
         for rec in runs[["target", "unit_keys", "median_us"]].to_dict("records"):
             kind, keys, e2e = str(rec["target"]), rec.get("unit_keys"), _finite(rec.get("median_us"))
@@ -423,6 +424,8 @@ class CostTable:
             weights = [p[0] for p in pts]
             best, best_cost = len(pts), None  # the first model priced weights-cold; len(pts): none
             for first in range(len(pts), -1, -1):  # ties: the higher line (fewer models priced weights-cold)
+                if 0 < first < len(pts) and weights[first - 1] >= weights[first]:
+                    continue  # no line falls between two models of the same weights
                 cost = sum(abs(math.log((p[2] if i >= first else p[1]) / p[3])) for i, p in enumerate(pts))
                 if best_cost is None or cost < best_cost - 1e-12:
                     best, best_cost = first, cost
