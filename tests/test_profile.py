@@ -1135,3 +1135,30 @@ def test_a_kernel_whose_printed_script_binds_a_variable_twice_still_compiles_for
         outs.append([a.numpy() for a in args[len(args) - unit.num_outputs:]])
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_a_weights_cold_timing_that_fails_leaves_the_kernel_timed_and_says_why(monkeypatch):
+    """Without TVM's cache flush (a runtime built without it) the weights-cold timing fails alone: its fields say why
+    and carry the timing's version (a job does not try it again), and nothing else of the kernel is lost."""
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from autoplace.profile import cache_state, remote_runner
+    from autoplace.profile.cache_state import WEIGHTS_COLD_TIMING
+
+    a = te.placeholder((1024,), name="a")
+    w = te.placeholder((1024,), name="w")
+    out = te.compute((1024,), lambda i: a[i] * w[i], name="out")
+    lib = tvm.tirx.build(tvm.IRModule({"main": te.create_prim_func([a, w, out]).with_attr("global_symbol", "main")}),
+                         target="llvm")
+    args = [tvm.runtime.tensor(np.ones(1024, "float32")) for _ in range(3)]
+    cache_state.register_in_model_preproc([0])
+    fields = remote_runner.weights_cold_fields(lib, tvm.cpu(), args,
+                                               remote_runner.register_weights_cold_preproc(tvm, [1]), 3)
+    assert fields["weights_cold_timing"] == WEIGHTS_COLD_TIMING and fields["weights_cold_median_us"] > 0
+    monkeypatch.setattr(remote_runner, "CACHE_FLUSH", "no.such.flush")
+    fields = remote_runner.weights_cold_fields(lib, tvm.cpu(), args,
+                                               remote_runner.register_weights_cold_preproc(tvm, [1]), 3)
+    assert fields["weights_cold_timing"] == WEIGHTS_COLD_TIMING and "weights_cold_median_us" not in fields
+    assert "no.such.flush" in fields["weights_cold_error"]
