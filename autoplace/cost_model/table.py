@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..profile.cache_state import model_runs_in_model
+from ..profile.cache_state import finite_or_zero, model_runs_in_model
 from ..targets import kind_of_label
 from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
 from .features import as_records, features_from_unit
@@ -366,7 +366,7 @@ class CostTable:
         read = [c for c in ("key", "target", "weight_bytes", "flops") if c in df]
         for rec in df.loc[df["kind"] == "unit", read].to_dict("records"):
             tag = (str(rec["key"]), str(rec["target"]))
-            weights = _finite(rec.get("weight_bytes"))
+            weights = finite_or_zero(rec.get("weight_bytes"))
             if tag not in self.measured_weights_cold_ or weights <= 0:
                 continue
             extra = max(0.0, self.measured_weights_cold_[tag] - self.measured_in_model_[tag]) / weights
@@ -394,15 +394,15 @@ class CostTable:
         from ..profile.cache_state import model_runs_in_model
 
         units = df[df["kind"] == "unit"]
-        weight_of = {(str(k), str(t)): _finite(w) for k, t, w in
+        weight_of = {(str(k), str(t)): finite_or_zero(w) for k, t, w in
                      zip(units["key"], units["target"], units.get("weight_bytes", pd.Series(0, index=units.index)))}
-        out_of = {(str(k), str(t)): _finite(b) for k, t, b in
+        out_of = {(str(k), str(t)): finite_or_zero(b) for k, t, b in
                   zip(units["key"], units["target"], units.get("bytes_out", pd.Series(0, index=units.index)))}
         runs = df[(df["kind"] == "model") & (df.get("status", "ok") == "ok")]
         runs = runs.drop_duplicates(subset=["target", "key"], keep="last") if "key" in runs else runs  # the newest
         points: dict = {}  # kind -> [(weights per call, in-model sum + fixed, cold sum + fixed, end to end)]
         for rec in runs[["target", "unit_keys", "median_us"]].to_dict("records"):
-            kind, keys, e2e = str(rec["target"]), rec.get("unit_keys"), _finite(rec.get("median_us"))
+            kind, keys, e2e = str(rec["target"]), rec.get("unit_keys"), finite_or_zero(rec.get("median_us"))
             if not isinstance(keys, list) or len(keys) < 2 or e2e <= 0 or kind not in self.l2_bytes_:
                 continue
             tags = [(str(k), kind) for k in keys]
@@ -436,7 +436,7 @@ class CostTable:
     def weights_per_call(self, units) -> float:
         """Bytes of weights one call of a model of these kernels (all of them, in launch order, with repeats)
         reads: every launch's weights (each layer's are its own)."""
-        return float(sum(_finite(r.get("weight_bytes")) for r in as_records(list(units))))
+        return float(sum(finite_or_zero(r.get("weight_bytes")) for r in as_records(list(units))))
 
     def runs_weights_cold(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels is priced weights-cold on a target kind: it runs in-model
@@ -453,7 +453,7 @@ class CostTable:
         byte in its bin of FLOPs per weight byte (:data:`WEIGHTS_COLD_BINS`; over every bin when its own has
         fewer than :data:`WEIGHTS_COLD_MIN_KERNELS` kernels); 0 without weights or weights-cold timings."""
         kind = kind_of_label(target_kind)
-        weights = _finite(record.get("weight_bytes"))
+        weights = finite_or_zero(record.get("weight_bytes"))
         if weights <= 0:
             return 0.0
         per_byte = self.weights_cold_per_byte_.get((kind, _intensity_bin(record)),
@@ -878,18 +878,9 @@ class CostTable:
 _PREDICTED_SOURCES = (PREDICTED, PREDICTED_UNSEEN_OP)
 
 
-def _finite(value) -> float:
-    """``value`` as a float, 0 when missing or not finite."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return value if math.isfinite(value) else 0.0
-
-
 def _intensity_bin(record) -> int:
     """The bin (:data:`WEIGHTS_COLD_BINS`) of a kernel's FLOPs per weight byte."""
-    weights, flops = _finite(record.get("weight_bytes")), _finite(record.get("flops"))
+    weights, flops = finite_or_zero(record.get("weight_bytes")), finite_or_zero(record.get("flops"))
     return int(np.searchsorted(WEIGHTS_COLD_BINS, flops / weights)) if weights > 0 else 0
 
 

@@ -98,7 +98,7 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
     weights-cold timing is left out."""
     import pandas as pd
 
-    from ..profile.cache_state import model_runs_in_model
+    from ..profile.cache_state import finite_or_zero, model_runs_in_model
     from ..profile.in_context import IN_CONTEXT_TIMING
     from .table import in_model_times, weights_cold_times
 
@@ -117,7 +117,7 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
                     if str(k) in rows.index]
         if not launches or not model_runs_in_model([rows.loc[k] for k, _ in launches], l2_bytes):
             continue
-        weights = {k: _number(rows.loc[k].get("weight_bytes")) for k, _ in launches}
+        weights = {k: finite_or_zero(rows.loc[k].get("weight_bytes")) for k, _ in launches}
         line = (weights_line or {}).get(str(run["target"]))
         cold = line is not None and sum(weights[k] for k, _ in launches) > line
         in_model, weights_cold = (in_model_times(mine)[0], weights_cold_times(mine)) if cold else ({}, {})
@@ -130,13 +130,6 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
             times[(str(run["target"]), key)] = us
     return times
 
-
-def _number(value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return value if np.isfinite(value) else 0.0
 
 
 def in_model_coverage(records) -> dict:

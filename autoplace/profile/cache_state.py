@@ -107,12 +107,13 @@ def touched_bytes(units) -> int:
             key, weight, out = unit.key, unit.weight_bytes, unit.nbytes_out
         else:  # a record (dict or pandas row)
             key, weight, out = unit.get("key"), unit.get("weight_bytes", 0), unit.get("bytes_out", 0)
-        weights[str(key)] = int(_number(weight))
-        outputs += int(_number(out))
+        weights[str(key)] = int(finite_or_zero(weight))
+        outputs += int(finite_or_zero(out))
     return sum(weights.values()) + outputs
 
 
-def _number(value) -> float:
+def finite_or_zero(value) -> float:
+    """``value`` as a float, 0 when missing, not a number or not finite."""
     try:
         value = float(value)
     except (TypeError, ValueError):

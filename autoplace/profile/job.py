@@ -277,28 +277,28 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
                   min_us=float(min(previous.get("min_us", np.inf), timing["min_us"])),
                   max_us=float(max(previous.get("max_us", -np.inf), timing["max_us"])),
                   samples=int(previous.get("samples", 0)) + int(timing.get("samples", 0)), measured_at=_now())
-    if "in_model_median_us" in timing:  # a CPU kernel's in-model timing (cache_state): its rounds alike
-        earlier = previous.get("round_in_model_medians_us")
-        if earlier is None:
-            same = previous.get("in_model_timing") == timing.get("in_model_timing")
-            earlier = [previous["in_model_median_us"]] if same and "in_model_median_us" in previous else []
-        in_model = [float(v) for v in earlier] + [float(timing["in_model_median_us"])]
-        merged.update(in_model_median_us=float(np.median(fastest_rounds(in_model))),
-                      round_in_model_medians_us=in_model,
-                      in_model_min_us=float(min(previous.get("in_model_min_us", np.inf), timing["in_model_min_us"])))
-    if "weights_cold_median_us" in timing:  # and with its weights in memory: alike
-        earlier = previous.get("round_weights_cold_medians_us")
-        if earlier is None:
-            same = previous.get("weights_cold_timing") == timing.get("weights_cold_timing")
-            earlier = [previous["weights_cold_median_us"]] if same and "weights_cold_median_us" in previous else []
-        cold = [float(v) for v in earlier] + [float(timing["weights_cold_median_us"])]
-        merged.update(weights_cold_median_us=float(np.median(fastest_rounds(cold))),
-                      round_weights_cold_medians_us=cold,
-                      weights_cold_min_us=float(min(previous.get("weights_cold_min_us", np.inf),
-                                                    timing["weights_cold_min_us"])))
+    # A CPU kernel's in-model timing (cache_state) and, with weights, its weights-cold one: their rounds alike.
+    for timed in ("in_model", "weights_cold"):
+        if f"{timed}_median_us" in timing:
+            merged.update(_merge_cache_state_rounds(previous, timing, timed))
     if "in_context_us" in timing:  # the model's kernels timed in context: the rounds of the fastest sums
         merged.update(merge_in_context_rounds(previous, timing))
     return merged
+
+
+def _merge_cache_state_rounds(previous: dict, timing: dict, timed: str) -> dict:
+    """``<timed>_median_us`` (the median of the fastest rounds), ``round_<timed>_medians_us`` and ``<timed>_min_us``
+    of ``previous`` with one more round ``timing`` (``timed``: ``in_model`` or ``weights_cold``); a previous
+    record of another ``<timed>_timing`` version contributes no round."""
+    import numpy as np
+
+    earlier = previous.get(f"round_{timed}_medians_us")
+    if earlier is None:
+        same = previous.get(f"{timed}_timing") == timing.get(f"{timed}_timing")
+        earlier = [previous[f"{timed}_median_us"]] if same and f"{timed}_median_us" in previous else []
+    rounds = [float(v) for v in earlier] + [float(timing[f"{timed}_median_us"])]
+    return {f"{timed}_median_us": float(np.median(fastest_rounds(rounds))), f"round_{timed}_medians_us": rounds,
+            f"{timed}_min_us": float(min(previous.get(f"{timed}_min_us", np.inf), timing[f"{timed}_min_us"]))}
 
 
 def merge_in_context_rounds(previous: dict, timing: dict) -> dict:
