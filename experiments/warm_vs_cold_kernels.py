@@ -28,9 +28,10 @@ import numpy as np
 import pandas as pd
 
 from autoplace.profile.cache_state import activation_inputs, register_in_model_preproc
+from autoplace.profile.remote_runner import CACHE_FLUSH
 
 DEFAULT_MODELS = ("mlp-base", "bert-base", "t5-encoder-base", "cnn-base", "inception-base", "bert", "cnn")
-FLUSH = "cache_flush_cpu_non_first_arg"
+FLUSH = CACHE_FLUSH  # the profiler's weights-cold timing flushes with it too
 FLUSH_WEIGHTS = "autoplace.experiments.flush_weights"
 MODES = ("warm", "weights_flushed", "flushed", "l2_evicted", "l2_evicted_inputs_read")
 

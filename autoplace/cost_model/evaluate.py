@@ -462,11 +462,10 @@ def leave_one_family_out(
                     extra = {k: table.weights_cold_extra_us(kind, row_of[k]) for k in distinct}
                     e2e_measured = {k: measured_cold.get(k, e2e_measured[k] + extra[k]) for k in distinct}
                     for k in distinct:
-                        pred = e2e_pred_pure[k]
+                        e2e_pred_pure[k] += extra[k]
                         if bands:
-                            e2e_band_lo[k] = e2e_band_lo[k] + extra[k]
-                            e2e_band_hi[k] = e2e_band_hi[k] + extra[k]
-                        e2e_pred_pure[k] = pred + extra[k]
+                            e2e_band_lo[k] += extra[k]
+                            e2e_band_hi[k] += extra[k]
                 row["in_model"] = bool(in_model)
                 row["weights_cold"] = bool(cold)
                 row["weights_per_call_mb"] = table.weights_per_call([row_of[k] for k in keys]) / 1e6

@@ -109,10 +109,14 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
     runs = runs.drop_duplicates(subset=["target", "key"], keep="last")
     units = df[df["kind"] == "unit"].drop_duplicates(subset=["key", "target"], keep="last")
     times: dict = {}
+    of_target: dict = {}  # target -> (unit rows by key, in-model times, L2 bytes, weights-cold times), read once
     for _, run in runs.iterrows():
-        mine = units[units["target"] == run["target"]]
-        _, l2_bytes = in_model_times(mine)
-        rows = mine.set_index(mine["key"].astype(str))
+        if run["target"] not in of_target:
+            mine = units[units["target"] == run["target"]]
+            in_model, l2_bytes = in_model_times(mine)
+            of_target[run["target"]] = (mine.set_index(mine["key"].astype(str)), in_model, l2_bytes,
+                                        weights_cold_times(mine))
+        rows, in_model, l2_bytes, weights_cold = of_target[run["target"]]
         launches = [(str(k), float(us)) for k, us in zip(run["unit_keys"], run["in_context_kernel_us"])
                     if str(k) in rows.index]
         if not launches or not model_runs_in_model([rows.loc[k] for k, _ in launches], l2_bytes):
@@ -120,7 +124,6 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
         weights = {k: finite_or_zero(rows.loc[k].get("weight_bytes")) for k, _ in launches}
         line = (weights_line or {}).get(str(run["target"]))
         cold = line is not None and sum(weights[k] for k, _ in launches) > line
-        in_model, weights_cold = (in_model_times(mine)[0], weights_cold_times(mine)) if cold else ({}, {})
         for key in dict.fromkeys(k for k, _ in launches):
             us = float(np.median([us for k, us in launches if k == key]))
             if cold and weights[key] > 0:
@@ -129,7 +132,6 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
                 us = max(0.0, us - max(0.0, weights_cold[key] - in_model[key]))
             times[(str(run["target"]), key)] = us
     return times
-
 
 
 def in_model_coverage(records) -> dict:

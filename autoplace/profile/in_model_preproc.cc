@@ -5,7 +5,7 @@
 // the one a bundle's runner registers (remote_runner.register_stream_preproc). This file is linked into the
 // streaming kernels a bundle ships (autoplace/profile/remote.py, export_stream_kernel: ``main(x, y)``, ``y = x + x``
 // over float32 vectors in parallel, ``serial(x, y)`` on one thread, compiled by TVM for the server's CPU); the
-// library is uploaded and loaded with ``session.load_module``, and loading it registers two global functions in
+// library is uploaded and loaded with ``session.load_module``, and loading it registers three global functions in
 // the server process:
 //
 //   autoplace.profile.in_model_configure(reread_mask: int, parallel_min_elems: int[, flush_mask: int]) -> int

@@ -356,23 +356,16 @@ def _cpu_schedule_fields(unit) -> dict:
 
 
 def _timed_the_old_way(newest: dict, done: set, record_kind: str, field: str, version: str,
-                       target_kind: str | None = None) -> set:
+                       target_kind: str | None = None, where=None) -> set:
     """Tags of ``done`` records of ``record_kind`` (on ``target_kind``, any when None) whose newest record's
     ``field`` is not the current ``version`` of a timing: they are timed again (CPU kernels without the in-model
     timing :data:`~autoplace.profile.cache_state.IN_MODEL_TIMING`, models without the in-context timing
-    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`). ``newest``: the store's
-    :meth:`~ProfileStore.newest_good`."""
+    :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`, CPU kernels with weights without the weights-cold
+    timing :data:`~autoplace.profile.cache_state.WEIGHTS_COLD_TIMING`). ``where(record)``: only the records it
+    keeps (all when None). ``newest``: the store's :meth:`~ProfileStore.newest_good`."""
     return {tag for tag, record in newest.items()
             if tag[0] == record_kind and tag in done and (target_kind is None or tag[2] == target_kind)
-            and record.get(field) != version}
-
-
-def _weights_timed_the_old_way(newest: dict, done: set) -> set:
-    """Tags of ``done`` CPU kernel records with weights (``weight_args``) whose newest record lacks the
-    weights-cold timing :data:`~autoplace.profile.cache_state.WEIGHTS_COLD_TIMING`: they are timed again."""
-    return {tag for tag, record in newest.items()
-            if tag[0] == "unit" and tag[2] == "llvm" and tag in done and record.get("weight_args")
-            and record.get("weights_cold_timing") != WEIGHTS_COLD_TIMING}
+            and record.get(field) != version and (where is None or where(record))}
 
 
 def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
@@ -714,7 +707,9 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             newest = store.newest_good()  # (read once: 3 s for a profile of 24 MB)
             untimed_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
-                                | _weights_timed_the_old_way(newest, done) if "llvm" in kinds else set())
+                                | _timed_the_old_way(newest, done, "unit", "weights_cold_timing", WEIGHTS_COLD_TIMING,
+                                                     "llvm", where=lambda record: bool(record.get("weight_args")))
+                                if "llvm" in kinds else set())
             untimed_in_context = (_timed_the_old_way(newest, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
             launches_now = {("model", model.name, kind): [u.key for u in units]
