@@ -373,6 +373,71 @@ def test_measure_auto_times_again_the_warm_only_kernels_of_a_model_larger_than_t
     assert large.predicted_us < 1e3 and large.summary().loc["cpu", "measured"] >= 1
 
 
+def test_a_plan_reading_more_weights_than_the_caches_keep_is_priced_and_labelled_weights_cold(tmp_path, monkeypatch):
+    """``optimize()`` on a model that reads more weights per call than the profile's line (learnt from the
+    profile's end-to-end records: models of 1 and 2 KB of weights ran at their kernels' in-model sums, of 10 and
+    20 KB at their weights-cold sums) prices its kernels with weights by their weights-cold times and says
+    ``weights-cold`` in the summary's ``cache`` column; a model under the line stays ``in-model``."""
+    import numpy as np
+    from tvm import relax
+
+    from autoplace.profile import ProfileStore, extract_units
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
+    from autoplace.profile.hardware import measured_by
+
+    kb, l2 = 1024, 1024  # a 1 KB L2: every model here runs in-model
+
+    def two_matmuls(n):  # 2 x n x n float32 weights per call
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((4, n), "float32"))
+        w1, w2 = (relax.Var(f"w{i}", relax.TensorType((n, n), "float32")) for i in (1, 2))
+        with bb.function("main", [x, w1, w2], attrs={"num_input": 1}):
+            with bb.dataflow():
+                h = bb.emit(relax.op.nn.relu(relax.op.matmul(x, w1)))
+                out = bb.emit_output(relax.op.matmul(h, w2))
+            bb.emit_func_output(out)
+        weights = [np.full((n, n), 0.01, "float32")] * 2
+        return autoplace.load_model(bb.get(), weights, name=f"two-matmuls-{n}")
+
+    def unit(key, weight_bytes, ops=(), cold=True):
+        rec = dict(kind="unit", key=key, target="llvm", status="ok", median_us=100.0, in_model_median_us=110.0,
+                   in_model_timing=IN_MODEL_TIMING, l2_bytes=l2, weight_bytes=weight_bytes, bytes_out=4096,
+                   ops=list(ops))
+        if weight_bytes and cold:  # 10 us more per KB of weights read from memory
+            rec.update(weights_cold_median_us=110.0 + 10.0 * weight_bytes / kb, weights_cold_timing=WEIGHTS_COLD_TIMING)
+        return rec
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(cache))
+    mine = ProfileStore(str(cache / measured_by()["hardware_id"]))
+    for name, keys, e2e_us in (("one", ["w1", "act"], 220.0), ("two", ["w2", "act"], 221.0),
+                               ("ten", ["w5", "w5", "act"], 430.0), ("twenty", ["w10", "w10", "act"], 535.0)):
+        mine.append(dict(kind="model", key=name, model=name, target="llvm", status="ok", median_us=e2e_us,
+                         unit_keys=keys))
+    for key, size in (("w1", 1), ("w2", 2), ("w5", 5), ("w10", 10), ("act", 0)):
+        mine.append(unit(key, size * kb))
+    big, small = two_matmuls(64), two_matmuls(16)  # 32 KB and 2 KB of weights per call
+    for model in (big, small):
+        for u in extract_units(model, "llvm"):
+            mine.append(unit(u.key, u.weight_bytes, u.ops))
+
+    costs = {}
+    for model in (big, small):
+        result = autoplace.optimize(model, None, {"cpu": "llvm"}, measure="never", progress=False)
+        assert result.costs.weights_line_["llvm"] == pytest.approx(np.sqrt(2 * 10) * kb)
+        assert result.summary().loc["cpu", "measured"] == result.summary().loc["cpu", "kernels"] >= 2
+        launch = result.costs.launch_us("llvm:0")
+        costs[model.name] = result.summary().loc["cpu", "cache"], {
+            u.weight_bytes: result.view.graph.nodes[u.nodes[-1]]["latency_us"]["cpu"] - launch
+            for u in extract_units(model, "llvm") if u.nodes}
+    cache_of_big, big_us = costs[big.name]
+    assert cache_of_big == "weights-cold"
+    assert big_us[16 * kb] == pytest.approx(110.0 + 10.0 * 16)  # each matmul: its 16 KB read from memory
+    cache_of_small, small_us = costs[small.name]
+    assert cache_of_small == "in-model"
+    assert small_us[kb] == pytest.approx(110.0)  # each matmul in-model: its 1 KB stays in the caches
+
+
 def test_measure_auto_times_again_what_only_a_slow_host_read(tmp_path, monkeypatch):
     """Kernels whose rounds were all read while the host-speed canary ran slow are not confirmed: ``measure="auto"``
     times them in up to ``MEASURE_MAX_ROUNDS`` rounds, and the model in context for ``CONTEXT_PATIENCE_S`` more
