@@ -780,7 +780,44 @@ def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again
     with_weights = next(r for r in newest if r["weight_args"])
     store.append({k: v for k, v in with_weights.items() if not k.startswith(("weights_cold", "round_weights_cold"))})
     assert profile_models(models, {"cpu": "llvm"}, store, copies=False, end_to_end=False, progress=False,
-                          rounds=1)["measured"] == 1
+                          rounds=2)["measured"] == 1
+    # ... going on with its rounds: the warm and in-model ones of before stay, two weights-cold ones begin, each
+    # with the in-model round timed beside it
+    again = store.newest_good()[("unit", with_weights["key"], "llvm")]
+    assert again["round_medians_us"][:2] == with_weights["round_medians_us"] and again["rounds"] == 4
+    assert again["round_in_model_medians_us"][:2] == with_weights["round_in_model_medians_us"]
+    paired, cold = again["round_weights_cold_in_model_us"], again["round_weights_cold_medians_us"]
+    assert len(cold) == 2 and paired == again["round_in_model_medians_us"][2:]
+    assert again["weights_cold_median_us"] == pytest.approx(again["in_model_median_us"] * float(
+        np.median(fastest_rounds(cold))) / float(np.median(fastest_rounds(paired))))
+
+
+def test_weights_cold_rounds_read_in_a_slow_phase_scale_the_calm_in_model_time():
+    """A kernel timed warm and in-model in calm rounds, then weights-cold in a later job while the host ran 1.5x
+    slow: its weights-cold time is its calm in-model time times what flushing the weights added within the later
+    rounds (there 180 / 150 us), not the slow rounds' 180 us."""
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
+    from autoplace.profile.job import merge_rounds
+
+    calm = dict(kind="unit", key="k", target="llvm", status="ok", median_us=90.0, round_medians_us=[90.0, 91.0],
+                min_us=88.0, max_us=95.0, rounds=2, in_model_median_us=100.0, round_in_model_medians_us=[100.0, 101.0],
+                in_model_min_us=98.0, in_model_timing=IN_MODEL_TIMING)
+
+    def slow_round(in_model_us, cold_us):
+        return dict(median_us=135.0, min_us=130.0, max_us=140.0, in_model_median_us=in_model_us, in_model_min_us=140.0,
+                    in_model_timing=IN_MODEL_TIMING, weights_cold_median_us=cold_us, weights_cold_min_us=170.0,
+                    weights_cold_timing=WEIGHTS_COLD_TIMING)
+
+    once = merge_rounds(calm, slow_round(150.0, 180.0))
+    assert once["in_model_median_us"] == pytest.approx(100.5)  # the calm rounds
+    assert once["round_weights_cold_in_model_us"] == [150.0]
+    assert once["weights_cold_median_us"] == pytest.approx(100.5 * 180.0 / 150.0)
+    twice = merge_rounds(once, slow_round(152.0, 240.0))  # a round slow for the flush alone: not the fastest
+    assert twice["round_weights_cold_medians_us"] == [180.0, 240.0]
+    assert twice["weights_cold_median_us"] == pytest.approx(100.5 * 180.0 / 151.0)
+    # a record timed all three ways in the same rounds: the weights-cold rounds' own median, as before
+    both = merge_rounds(slow_round(150.0, 180.0) | dict(kind="unit", key="k", status="ok"), slow_round(160.0, 195.0))
+    assert both["weights_cold_median_us"] == pytest.approx(187.5)
 
 
 def test_cost_tables_price_models_larger_than_the_l2_in_model():

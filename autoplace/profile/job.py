@@ -281,6 +281,8 @@ def merge_rounds(previous: dict, timing: dict) -> dict:
     for timed in ("in_model", "weights_cold"):
         if f"{timed}_median_us" in timing:
             merged.update(_merge_cache_state_rounds(previous, timing, timed))
+    if "weights_cold_median_us" in timing and "in_model_median_us" in timing:
+        merged.update(_weights_cold_on_in_model(previous, timing, merged))
     if "in_context_us" in timing:  # the model's kernels timed in context: the rounds of the fastest sums
         merged.update(merge_in_context_rounds(previous, timing))
     return merged
@@ -299,6 +301,38 @@ def _merge_cache_state_rounds(previous: dict, timing: dict, timed: str) -> dict:
     rounds = [float(v) for v in earlier] + [float(timing[f"{timed}_median_us"])]
     return {f"{timed}_median_us": float(np.median(fastest_rounds(rounds))), f"round_{timed}_medians_us": rounds,
             f"{timed}_min_us": float(min(previous.get(f"{timed}_min_us", np.inf), timing[f"{timed}_min_us"]))}
+
+
+def _weights_cold_on_in_model(previous: dict, timing: dict, merged: dict) -> dict:
+    """``weights_cold_median_us`` as the in-model time of ``merged`` (over all its in-model rounds) times what
+    flushing the weights adds in the rounds that timed both: the median of the fastest weights-cold rounds over
+    the median of the fastest in-model rounds timed with them (``round_weights_cold_in_model_us``, one per
+    weights-cold round).
+
+    The weights-cold timing came after the in-model one, and a job that adds it to a kernel timed before (on
+    another day, in another state of the host) continues that kernel's rounds: its in-model median keeps the
+    calm rounds of then, and weights-cold rounds read in a slow phase now would otherwise count the slow phase
+    as the weights' memory time. On the AMD Zen 3 (session 45) a job that timed the op families' kernels again
+    for it read them a median 1.18x (warm) and 1.22x (in-model) their earlier records, with the host-speed canary
+    1.46x its fastest, where the profile's earlier rounds had read it at 1.0-1.1x."""
+    import numpy as np
+
+    cold = merged["round_weights_cold_medians_us"]
+    paired = previous.get("round_weights_cold_in_model_us")
+    if not isinstance(paired, list):  # records before this field: the in-model rounds timed with them, newest last
+        earlier = len(cold) - 1
+        in_model = previous.get("round_in_model_medians_us")
+        if in_model is None:
+            in_model = [previous["in_model_median_us"]] if "in_model_median_us" in previous else []
+        paired = [float(v) for v in in_model[len(in_model) - earlier:]] if earlier <= len(in_model) else None
+        if earlier == 0:
+            paired = []
+    if paired is None or len(paired) != len(cold) - 1:
+        return {}  # cannot tell which rounds timed both: the weights-cold rounds' own median stays
+    paired = [*paired, float(timing["in_model_median_us"])]
+    ratio = float(np.median(fastest_rounds(cold))) / float(np.median(fastest_rounds(paired)))
+    return dict(round_weights_cold_in_model_us=paired,
+                weights_cold_median_us=float(merged["in_model_median_us"]) * ratio)
 
 
 def merge_in_context_rounds(previous: dict, timing: dict) -> dict:
@@ -706,10 +740,14 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             newest = store.newest_good()  # (read once: 3 s for a profile of 24 MB)
-            untimed_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
-                                | _timed_the_old_way(newest, done, "unit", "weights_cold_timing", WEIGHTS_COLD_TIMING,
-                                                     "llvm", where=lambda record: bool(record.get("weight_args")))
+            old_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
+                            if "llvm" in kinds else set())
+            old_weights_cold = (_timed_the_old_way(newest, done, "unit", "weights_cold_timing", WEIGHTS_COLD_TIMING,
+                                                   "llvm", where=lambda record: bool(record.get("weight_args")))
                                 if "llvm" in kinds else set())
+            untimed_in_model = old_in_model | old_weights_cold
+            # timed again for the weights-cold timing alone: their rounds go on (_weights_cold_on_in_model)
+            continued = {tag: newest[tag] for tag in old_weights_cold - old_in_model}
             untimed_in_context = (_timed_the_old_way(newest, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
             launches_now = {("model", model.name, kind): [u.key for u in units]
@@ -749,7 +787,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
             speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
-                                              speed=speed)
+                                              speed=speed, continued=continued)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
@@ -846,9 +884,12 @@ def _probe(timer: KernelTimer, target, kind: str) -> None:
 
 
 def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: ProfileStore, progress: bool,
-                   keep: bool = False, speed: HostSpeed | None = None):
+                   keep: bool = False, speed: HostSpeed | None = None, continued: dict | None = None):
     """Measure ``todo`` after the harness checks; failures on a target stay in memory until one kernel
-    there succeeds, and a target where every kernel fails raises instead of recording them."""
+    there succeeds, and a target where every kernel fails raises instead of recording them. A kernel in
+    ``continued`` (``{tag: its newest record}``) adds this timing as one more round of that record
+    (:func:`merge_rounds`)."""
+    continued = continued or {}
     if not todo:
         return 0, 0
     timer.check_harness()  # the worker starts and answers, or ProfilingError
@@ -866,6 +907,8 @@ def _measure_units(todo, timer: KernelTimer, targets, kinds: dict, store: Profil
             result.update(speed_now)
         record = unit_record(unit, graph, model_name, kind, result)
         measured += 1
+        if result["status"] == "ok" and ("unit", unit.key, kind) in continued:
+            record = merge_rounds(continued[("unit", unit.key, kind)], record)
         if result["status"] in SUCCESS:
             working.add(kind)
             for earlier in held.pop(kind, []):
@@ -944,8 +987,12 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
 
     max_rounds = max(rounds, max_rounds or rounds)
 
+    def rounds_of(record):  # a kernel whose weights-cold timing began after its other ones: its rounds of that
+        cold = record.get("round_weights_cold_medians_us")
+        return min(int(record.get("rounds", 1)), len(cold)) if isinstance(cold, list) else int(record.get("rounds", 1))
+
     def due(tag, round_):
-        return int(newest[tag].get("rounds", 1)) < round_ and (round_ <= rounds or not confirmed(newest[tag]))
+        return rounds_of(newest[tag]) < round_ and (round_ <= rounds or not confirmed(newest[tag]))
 
     for round_ in range(2, max_rounds + 1):
         behind = [item for item in units if due(item[0], round_)]
