@@ -270,7 +270,10 @@ def test_remote_bundle_runs_with_the_runner_alone_and_merges(tmp_path):
     assert model["key"] == "seed003" and model["target"] == "llvm" and model["rounds"] == 3 and model["median_us"] > 0
     assert model["in_context_timing"] == IN_CONTEXT_TIMING and len(model["round_in_context_us"]) == 3
     assert len(model["in_context_us"]) == len(model["unit_keys"]) == 1
-    assert model["in_context_us"][0] > 0 and len(model["in_context_kernel_us"]) == 1
+    assert model["in_context_us"][0] >= 0 and len(model["in_context_kernel_us"]) == 1
+    # seed003's one kernel takes about 1 us: on a loaded host a round can read it at or under the hook's own cost
+    # (0 once that is taken off; the suite beside two other jobs, session 45), not every round
+    assert max(r[0] for r in model["round_in_context_us"]) > 0
     table = CostTable(df)
     assert table.in_context_[("llvm", tuple(model["unit_keys"]))] == model["in_context_us"]
     # one record per item, its rounds merged as a profile job merges them (median of the fastest rounds)
