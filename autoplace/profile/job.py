@@ -325,8 +325,6 @@ def _weights_cold_on_in_model(previous: dict, timing: dict, merged: dict) -> dic
         if in_model is None:
             in_model = [previous["in_model_median_us"]] if "in_model_median_us" in previous else []
         paired = [float(v) for v in in_model[len(in_model) - earlier:]] if earlier <= len(in_model) else None
-        if earlier == 0:
-            paired = []
     if paired is None or len(paired) != len(cold) - 1:
         return {}  # cannot tell which rounds timed both: the weights-cold rounds' own median stays
     paired = [*paired, float(timing["in_model_median_us"])]
