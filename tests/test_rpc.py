@@ -299,8 +299,33 @@ def test_rounds_over_rpc_time_every_kernel_and_model_again_and_merge_as_a_local_
     assert len(records(folder)) == 2 * 4
     run(3)
     assert len(records(folder)) == 3 * 4
-    assert all(r["rounds"] == 3 for (kind, _, _), r in ProfileStore(str(folder)).newest_good().items()
-               if kind in ("unit", "model"))
+    newest = ProfileStore(str(folder)).newest_good()
+    assert all(r["rounds"] == 3 for (kind, _, _), r in newest.items() if kind in ("unit", "model"))
+    # As a local job: a kernel with weights whose record lacks the weights-cold timing (profiled before it) is timed
+    # again and goes on with its rounds; one lacking the in-model timing is timed afresh; nothing else is timed.
+    from autoplace.profile.cache_state import WEIGHTS_COLD_TIMING
+
+    units = [r for (kind, _, _), r in newest.items() if kind == "unit"]
+    cold = next(r for r in units if r.get("weight_args"))
+    warm = next(r for r in units if r is not cold)
+    store = ProfileStore(str(folder))
+    store.append({k: v for k, v in cold.items() if not k.startswith(("weights_cold", "round_weights_cold"))})
+    store.append({k: v for k, v in warm.items() if not k.startswith(("in_model", "round_in_model", "weights_cold",
+                                                                     "round_weights_cold"))})
+    run(3)
+    after = ProfileStore(str(folder)).newest_good()
+    again = after[("unit", cold["key"], "llvm")]
+    assert again["round_medians_us"][:3] == cold["round_medians_us"] and again["rounds"] == 6
+    assert again["round_in_model_medians_us"][:3] == cold["round_in_model_medians_us"]
+    assert again["weights_cold_timing"] == WEIGHTS_COLD_TIMING and len(again["round_weights_cold_medians_us"]) == 3
+    assert again["round_weights_cold_in_model_us"] == again["round_in_model_medians_us"][3:]
+    fresh = after[("unit", warm["key"], "llvm")]
+    assert fresh["in_model_timing"] == IN_MODEL_TIMING and fresh["rounds"] == 3
+    assert {tag: r["rounds"] for tag, r in after.items() if tag[1] not in (cold["key"], warm["key"])} == {
+        tag: r["rounds"] for tag, r in newest.items() if tag[1] not in (cold["key"], warm["key"])}
+    count = len(records(folder))
+    run(3)
+    assert len(records(folder)) == count  # nothing left to time
 
 
 def test_a_server_killed_mid_job_is_reported_and_its_kernels_measured_on_the_other(tmp_path, rt):

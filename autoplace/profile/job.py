@@ -400,6 +400,25 @@ def _timed_the_old_way(newest: dict, done: set, record_kind: str, field: str, ve
             and record.get(field) != version and (where is None or where(record))}
 
 
+def cpu_kernels_timed_the_old_way(newest: dict, done: set) -> tuple[set, dict]:
+    """``(tags, continued)``: the ``done`` CPU kernels a job times again because their newest record lacks the
+    current in-model timing, or (a kernel with weights) the current weights-cold one; ``continued``
+    (``{tag: newest record}``) are those timed again for the weights-cold timing alone, whose new timing is one
+    more round of that record (:func:`merge_rounds`: their calm warm and in-model rounds of before keep counting,
+    :func:`_weights_cold_on_in_model`). Both the local job and the RPC job (:mod:`.rpc`) ask this."""
+    old_in_model = _timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
+    old_weights_cold = _timed_the_old_way(newest, done, "unit", "weights_cold_timing", WEIGHTS_COLD_TIMING, "llvm",
+                                          where=lambda record: bool(record.get("weight_args")))
+    return old_in_model | old_weights_cold, {tag: newest[tag] for tag in old_weights_cold - old_in_model}
+
+
+def rounds_timed(record: dict) -> int:
+    """The rounds a record has of all its timings: a kernel whose weights-cold timing began after its other ones
+    (:func:`cpu_kernels_timed_the_old_way`) counts its weights-cold rounds."""
+    cold = record.get("round_weights_cold_medians_us")
+    return min(int(record.get("rounds", 1)), len(cold)) if isinstance(cold, list) else int(record.get("rounds", 1))
+
+
 def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
     """Tags of ``done`` model records whose ``unit_keys`` are not the kernels the current build launches
     (``launches_now``: ``{model tag: [unit key]}``): a legalization that changed (schedule version 9 legalizes
@@ -738,14 +757,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
         with store.lock(timeout_s=lock_timeout_s, log=log):
             done = {tag for tag in store.done(retry_timeouts_below_s=timer.timeout_s) if tag[0] not in redo}
             newest = store.newest_good()  # (read once: 3 s for a profile of 24 MB)
-            old_in_model = (_timed_the_old_way(newest, done, "unit", "in_model_timing", IN_MODEL_TIMING, "llvm")
-                            if "llvm" in kinds else set())
-            old_weights_cold = (_timed_the_old_way(newest, done, "unit", "weights_cold_timing", WEIGHTS_COLD_TIMING,
-                                                   "llvm", where=lambda record: bool(record.get("weight_args")))
-                                if "llvm" in kinds else set())
-            untimed_in_model = old_in_model | old_weights_cold
-            # timed again for the weights-cold timing alone: their rounds go on (_weights_cold_on_in_model)
-            continued = {tag: newest[tag] for tag in old_weights_cold - old_in_model}
+            untimed_in_model, continued = (cpu_kernels_timed_the_old_way(newest, done) if "llvm" in kinds
+                                           else (set(), {}))
             untimed_in_context = (_timed_the_old_way(newest, done, "model", "in_context_timing", IN_CONTEXT_TIMING)
                                   if end_to_end else set())
             launches_now = {("model", model.name, kind): [u.key for u in units]
@@ -985,12 +998,8 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
 
     max_rounds = max(rounds, max_rounds or rounds)
 
-    def rounds_of(record):  # a kernel whose weights-cold timing began after its other ones: its rounds of that
-        cold = record.get("round_weights_cold_medians_us")
-        return min(int(record.get("rounds", 1)), len(cold)) if isinstance(cold, list) else int(record.get("rounds", 1))
-
     def due(tag, round_):
-        return rounds_of(newest[tag]) < round_ and (round_ <= rounds or not confirmed(newest[tag]))
+        return rounds_timed(newest[tag]) < round_ and (round_ <= rounds or not confirmed(newest[tag]))
 
     for round_ in range(2, max_rounds + 1):
         behind = [item for item in units if due(item[0], round_)]

@@ -60,8 +60,10 @@ from ..errors import ProfilingError, RPCError
 from ..targets import TargetSet
 from .copies import DEFAULT_COPY_SIZES
 from .remote_runner import (
+    IN_MODEL_TIMING,
     PREPROC_NAME,
     WEIGHTS_COLD_PREPROC_NAME,
+    WEIGHTS_COLD_TIMING,
     activation_inputs,
     cores_from,
     cpu_arch_from,
@@ -815,6 +817,9 @@ class _Job:
         self.copies: dict = {}
         self.expected_probes: dict = {}
         self.expected_copies: dict = {}
+        #: ``{tag: newest record}``: CPU kernels timed again for the weights-cold timing alone, their timing one
+        #: more round of that record (:func:`~autoplace.profile.job.cpu_kernels_timed_the_old_way`)
+        self.continued: dict = {}
 
     # -- records ---------------------------------------------------------------------------------
     def append(self, record: dict) -> None:
@@ -831,6 +836,7 @@ class _Job:
             ) from err
 
     def on_result(self, work: Work, result: dict) -> None:
+        from .job import merge_rounds
         from .remote import copy_fit_record, launch_record
         from .store import SUCCESS
 
@@ -839,6 +845,9 @@ class _Job:
         kind = record["kind"]
         if kind == "unit":
             self.measured += 1
+            tag = ("unit", record["key"], record["target"])
+            if record["status"] == "ok" and tag in self.continued:
+                record = merge_rounds(self.continued[tag], {"host_slowdown": None, **record})
             if record["status"] in SUCCESS:
                 self.working.add(record["target"])
                 for earlier in self.held.pop(record["target"], []):
@@ -886,11 +895,17 @@ class _Job:
     def run(self, extracted, *, copies, end_to_end, redo, copy_sizes, rounds: int = 1) -> dict:
         from tvm.support.popen_pool import PopenPoolExecutor
 
-        from .job import probe_module
+        from .job import cpu_kernels_timed_the_old_way, probe_module
         from .remote import copy_items, kernel_item, launch_items
         from .units import extract_units
 
         done = {tag for tag in self.store.done(retry_timeouts_below_s=self.timeout_s) if tag[0] not in redo}
+        untimed = set()
+        if "llvm" in self.kinds and self.farm.in_model_library is not None:
+            # as the local job: CPU kernels whose records lack the current in-model or weights-cold timing (servers
+            # that cannot time in-model would time them warm again, and again at every run: left as they are)
+            untimed, self.continued = cpu_kernels_timed_the_old_way(self.store.newest_good(), done)
+            done -= untimed
         units, seen, total_units, model_runs = [], set(), 0, []
         for model, graph, by_kind in extracted:
             for kind, kind_units in by_kind.items():
@@ -903,8 +918,11 @@ class _Job:
                         seen.add(tag)
                         if tag not in done:
                             units.append((model.name, graph, unit, kind))
+        again = len(untimed & seen)
         self.log(f"{total_units} kernel launches, {len(seen)} unique kernels, {len(seen) - len(units)} already "
-                 f"profiled, {len(units)} to measure on {sorted(self.kinds)} over RPC")
+                 f"profiled, {len(units)} to measure on {sorted(self.kinds)} over RPC"
+                 + (f" ({again} CPU kernels timed again because their records lack the in-model timing "
+                    f"{IN_MODEL_TIMING} (with weights: {WEIGHTS_COLD_TIMING}))" if again else ""))
         pool = PopenPoolExecutor(max_workers=self.build_workers, timeout=self.timeout_s)
         lib = os.path.join(self.farm.workdir, "lib")
         os.makedirs(lib, exist_ok=True)
@@ -1018,12 +1036,12 @@ class _Job:
         each result merged into its newest record (:func:`~autoplace.profile.job.merge_rounds`: the median of the
         rounds within 10% of the fastest). A failure in a later round leaves the record as it was. Kernels
         compiled in this job are not compiled again; ``submit(unit, kind, file)`` compiles the others."""
-        from .job import merge_rounds
+        from .job import merge_rounds, rounds_timed
 
         newest = self.store.newest_good()
 
         def behind(tag, round_):
-            return tag in newest and int(newest[tag].get("rounds", 1)) < round_
+            return tag in newest and rounds_timed(newest[tag]) < round_
 
         def merge(work, result):
             record = work.item["record"]
