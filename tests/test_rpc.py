@@ -274,7 +274,8 @@ ROUNDS_JOB = textwrap.dedent(
 def test_rounds_over_rpc_time_every_kernel_and_model_again_and_merge_as_a_local_job(tmp_path, farm):
     """``rounds=2`` over RPC: every kernel and the model timed twice on the servers, the newest record of each
     keeping both rounds and the median of the fastest (the local job's rule); run again with 3, only the third
-    round is timed."""
+    round is timed; then, as a local job, kernels whose records lack the weights-cold or in-model timing are timed
+    again (the first going on with its rounds), and nothing else."""
     import numpy as np
 
     from autoplace.profile.job import fastest_rounds
