@@ -847,7 +847,7 @@ class _Job:
             self.measured += 1
             tag = ("unit", record["key"], record["target"])
             if record["status"] == "ok" and tag in self.continued:
-                record = merge_rounds(self.continued[tag], {"host_slowdown": None, **record})
+                record = merge_rounds(self.continued[tag], record)  # as the local job (_measure_units)
             if record["status"] in SUCCESS:
                 self.working.add(record["target"])
                 for earlier in self.held.pop(record["target"], []):
