@@ -2,10 +2,11 @@
 here: the profile's records).
 
 Per model with an end-to-end record on a target kind whose kernels were all measured: the weights every launch
-reads (MB per call), and the sum over its launches of each kernel's warm, in-model and weights-cold time
-(``weights_cold_median_us``: in-model with the kernel's weights flushed from every cache; a kernel without weights
-counts its in-model time), plus the VM's overheads as the cost table prices them, each as an error against the
-end-to-end median; and the in-context sum where the model was timed so. Then the line the cost table learnt
+reads (MB per call), those plus every launch's output (``bytes_per_call_mb``, the line's axis), and the sum over
+its launches of each kernel's warm, in-model and weights-cold time (``weights_cold_median_us``: in-model with the
+kernel's weights flushed from every cache; a kernel without weights counts its in-model time), plus the VM's
+overheads as the cost table prices them, each as an error against the end-to-end median; and the in-context sum
+where the model was timed so. Then the line the cost table learnt
 (:meth:`autoplace.cost_model.CostTable._fit_weights_line`): models above it are priced weights-cold.
 
     python experiments/weights_cold_sums.py amd-epyc-f25m1-2c
@@ -54,6 +55,7 @@ def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
         l2 = table.l2_bytes_.get(kind)
         rows.append(dict(
             model=str(rec["key"]), kernels=len(tags), weights_mb=table.weights_per_call(recs) / 1e6,
+            bytes_per_call_mb=table.bytes_per_call(recs) / 1e6,
             runs_in_model=bool(l2 is not None and model_runs_in_model(recs, l2)),
             weights_cold=bool(table.runs_weights_cold(recs, kind)), e2e_us=e2e,
             warm_err=(warm + fixed) / e2e - 1, in_model_err=(in_model + fixed) / e2e - 1,
@@ -61,7 +63,7 @@ def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
             in_context_err=(sum(context) + table.invoke_us(label, default=0.0, in_context=True)
                             + len(tags) * table.launch_us(label, default=0.0, in_context=True)) / e2e - 1
             if context else np.nan))
-    return pd.DataFrame(rows).sort_values("weights_mb") if rows else pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values("bytes_per_call_mb") if rows else pd.DataFrame(rows)
 
 
 def main(argv=None):
@@ -77,7 +79,7 @@ def main(argv=None):
     sums = model_sums(table)
     sums = sums[sums["weights_mb"] >= args.min_weights_mb]
     line = table.weights_line_.get("llvm")
-    print(f"{args.hardware_id}: weights line {line / 1e6:.2f} MB per call" if line else
+    print(f"{args.hardware_id}: weights line {line / 1e6:.2f} MB per call (weights and outputs)" if line else
           f"{args.hardware_id}: no weights line (no model priced better weights-cold, or none timed so)")
     pd.set_option("display.width", 200)
     print(sums.round(3).to_string(index=False))

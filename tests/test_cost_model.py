@@ -804,7 +804,8 @@ def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_f
     learns from its models with end-to-end records which weights per call the host's caches keep (here: models of
     1 and 2 MB of weights run at their in-model sums, of 10 and 20 MB at their weights-cold sums): a model above
     that line is priced weights-cold, its measured kernels by those times, an unmeasured one by its in-model price
-    plus its weights over the measured kernels' memory time per byte; a model below it stays in-model."""
+    plus its weights over the measured kernels' memory time per byte; a model below it stays in-model. The line is in
+    bytes per call (every launch's weights and output): activations evict weights as weights do."""
     from autoplace.profile.cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
 
     mb = 1 << 20
@@ -827,10 +828,14 @@ def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_f
             run("twenty", ["w10", "w10", "act"], 535.0)]  # 20 MB: 330 / 530
     table = CostTable(pd.DataFrame(units + runs))
     assert table.measured_weights_cold_[("w5", "llvm")] == 160.0 and ("act", "llvm") not in table.measured_weights_cold_
-    assert table.weights_line_["llvm"] == pytest.approx(math.sqrt(2 * 10) * mb)  # between the 2 and the 10 MB model
+    # between the 2 and the 10 MB model: their bytes per call, weights and every launch's output
+    assert table.weights_line_["llvm"] == pytest.approx(math.sqrt((2 * mb + 2 * 4096) * (10 * mb + 3 * 4096)))
     assert table.weights_cold_per_byte_[("llvm", None)] == pytest.approx(10.0 / mb)
     big = [unit("w10", 10), unit("w10", 10), unit("w5", 5), unit("act", 0)]
     assert table.runs_weights_cold(big, "llvm") and not table.runs_weights_cold([unit("w2", 2), unit("act", 0)], "llvm")
+    # what passes through the caches between two calls evicts the weights, activations too: the same 2 MB of weights
+    # beside 9 MB of outputs per call is priced weights-cold
+    assert table.runs_weights_cold([unit("w2", 2), dict(unit("act", 0), key="wide", bytes_out=9 * mb)], "llvm")
     priced = table.latencies(big, "llvm")
     assert priced["weights_cold"].all() and list(priced["latency_us"]) == [210.0, 210.0, 160.0, 110.0]
     small = table.latencies([unit("w2", 2), unit("act", 0)], "llvm")

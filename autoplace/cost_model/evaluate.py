@@ -395,7 +395,7 @@ def leave_one_family_out(
                 # Priced as optimize() prices the whole model: in-model when it outgrows the L2 (cache_state).
                 row_of = {k: r for k, (_, r) in zip(distinct, recs.iterrows())}
                 in_model = table.runs_in_model([row_of[k] for k in keys], kind)
-                # ... and weights-cold when its weights per call outgrow the line the training models set
+                # ... and weights-cold when its bytes per call outgrow the line the training models set
                 cold = in_model and table.runs_weights_cold([row_of[k] for k in keys], kind)
                 if in_model and not in_model_fits:
                     in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
@@ -469,6 +469,7 @@ def leave_one_family_out(
                 row["in_model"] = bool(in_model)
                 row["weights_cold"] = bool(cold)
                 row["weights_per_call_mb"] = table.weights_per_call([row_of[k] for k in keys]) / 1e6
+                row["bytes_per_call_mb"] = table.bytes_per_call([row_of[k] for k in keys]) / 1e6
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
                     call = {}  # the model record's main signature, where the profiler stored it

@@ -260,8 +260,9 @@ class CostTable:
         #: ``{(kind, FLOPs-per-weight-byte bin or None): us per weight byte}``: the median of (weights-cold -
         #: in-model time) / weight bytes over the measured kernels (:meth:`weights_cold_extra_us`).
         self.weights_cold_per_byte_: dict = {}
-        #: ``{kind: bytes}``: weights per call (every launch's) above which a model is priced weights-cold
-        #: (:meth:`runs_weights_cold`), where the profile's models say so (:meth:`_fit_weights_line`).
+        #: ``{kind: bytes}``: bytes per call (every launch's weights and output, :meth:`bytes_per_call`) above which a
+        #: model is priced weights-cold (:meth:`runs_weights_cold`), where the profile's models say so
+        #: (:meth:`_fit_weights_line`).
         self.weights_line_: dict = {}
         #: ``{(kind, unit keys in launch order): [us per launch]}``: a model's kernels timed inside its runs
         #: (``in_context_us`` of ``model`` and ``context`` records, :mod:`autoplace.profile.in_context`).
@@ -382,21 +383,26 @@ class CostTable:
         self._fit_weights_line(df)
 
     def _fit_weights_line(self, df: pd.DataFrame) -> None:
-        """:attr:`weights_line_`: per target kind, the weights per call that best separates the profile's models
-        priced right in-model from those priced right weights-cold.
+        """:attr:`weights_line_`: per target kind, the bytes per call (:meth:`bytes_per_call`: every launch's
+        weights and output) that best separates the profile's models priced right in-model from those priced
+        right weights-cold.
 
         Which cache keeps a model's weights from one call to the next is the host's (its L3, what other tenants
         leave of it): on the AMD Zen 3, resnet-base's and convnext-base's kernels (2.8 and 4.7 MB of weights per
         call) summed weights-cold to +49% and +46% of their end-to-end times, in-model to +20% and -2%;
         swin-base's and vit-base's (5.1 and 12.9 MB) weights-cold to +0.1% and +6.0%, in-model to -17% and
-        -20% (session 43). Over the models with an end-to-end record whose kernels were all timed both ways
-        (and which run in-model), the line is the one that minimises the sum of their absolute log errors
-        (kernel sums plus the VM's overheads), put halfway (geometrically) between the two models it falls
-        between; no line (nothing priced weights-cold) when no model above it is priced better so.
+        -20% (session 43). What evicts a weight before the next call reads it is everything the call passes
+        through the caches, its activations too: a line on weights alone fell anywhere from 3.8 to 6.4 MB as one
+        of the Zen 3's 16 models was left out (convnext-base's 4.7 MB priced weights-cold without its own record,
+        +28%), one on bytes per call between 8.3 and 9.5 MB (convnext-base 6.1 MB per call, swin-base 11.3;
+        session 47, ``experiments/weights_line_loo.py``). Over the models with an end-to-end record whose kernels
+        were all timed both ways (and which run in-model), the line is the one that minimises the sum of their
+        absolute log errors (kernel sums plus the VM's overheads), put halfway (geometrically) between the two
+        models it falls between; no line (nothing priced weights-cold) when no model above it is priced better so.
         """
         if "unit_keys" not in df:
             return
-        from ..profile.cache_state import model_runs_in_model
+        from ..profile.cache_state import bytes_per_call, model_runs_in_model
 
         units = df[df["kind"] == "unit"]
         weight_of = {(str(k), str(t)): finite_or_zero(w) for k, t, w in
@@ -405,7 +411,7 @@ class CostTable:
                   zip(units["key"], units["target"], units.get("bytes_out", pd.Series(0, index=units.index)))}
         runs = df[(df["kind"] == "model") & (df.get("status", "ok") == "ok")]
         runs = runs.drop_duplicates(subset=["target", "key"], keep="last") if "key" in runs else runs  # the newest
-        points: dict = {}  # kind -> [(weights per call, in-model sum + fixed, cold sum + fixed, end to end)]
+        points: dict = {}  # kind -> [(bytes per call, in-model sum + fixed, cold sum + fixed, end to end)]
         for rec in runs[["target", "unit_keys", "median_us"]].to_dict("records"):
             kind, keys, e2e = str(rec["target"]), rec.get("unit_keys"), finite_or_zero(rec.get("median_us"))
             if not isinstance(keys, list) or len(keys) < 2 or e2e <= 0 or kind not in self.l2_bytes_:
@@ -423,34 +429,41 @@ class CostTable:
             fixed = self.invoke_us(label, default=0.0) + len(tags) * self.launch_us(label, default=0.0)
             in_model = fixed + sum(self.measured_in_model_[t] for t in tags)
             cold = fixed + sum(self.measured_weights_cold_.get(t, self.measured_in_model_[t]) for t in tags)
-            points.setdefault(kind, []).append((sum(weight_of.get(t, 0.0) for t in tags), in_model, cold, e2e))
+            points.setdefault(kind, []).append((bytes_per_call(as_units), in_model, cold, e2e))
         for kind, pts in points.items():
             pts.sort()
-            weights = [p[0] for p in pts]
+            per_call = [p[0] for p in pts]
             best, best_cost = len(pts), None  # the first model priced weights-cold; len(pts): none
             for first in range(len(pts), -1, -1):  # ties: the higher line (fewer models priced weights-cold)
-                if 0 < first < len(pts) and weights[first - 1] >= weights[first]:
-                    continue  # no line falls between two models of the same weights
+                if 0 < first < len(pts) and per_call[first - 1] >= per_call[first]:
+                    continue  # no line falls between two models of the same bytes per call
                 cost = sum(abs(math.log((p[2] if i >= first else p[1]) / p[3])) for i, p in enumerate(pts))
                 if best_cost is None or cost < best_cost - 1e-12:
                     best, best_cost = first, cost
             if best < len(pts):
-                below = weights[best - 1] if best > 0 else weights[0] / 2
-                self.weights_line_[kind] = float(math.sqrt(max(below, 1.0) * weights[best]))
+                below = per_call[best - 1] if best > 0 else per_call[0] / 2
+                self.weights_line_[kind] = float(math.sqrt(max(below, 1.0) * per_call[best]))
 
     def weights_per_call(self, units) -> float:
         """Bytes of weights one call of a model of these kernels (all of them, in launch order, with repeats)
         reads: every launch's weights (each layer's are its own)."""
         return float(sum(finite_or_zero(r.get("weight_bytes")) for r in as_records(list(units))))
 
+    def bytes_per_call(self, units) -> float:
+        """Bytes one call of a model of these kernels (all of them, in launch order, with repeats) passes through
+        the caches: every launch's weights and output (:func:`~autoplace.profile.cache_state.bytes_per_call`)."""
+        from ..profile.cache_state import bytes_per_call
+
+        return float(bytes_per_call(as_records(units) if isinstance(units, pd.DataFrame) else list(units)))
+
     def runs_weights_cold(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels is priced weights-cold on a target kind: it runs in-model
-        (:meth:`runs_in_model`) and reads more weights per call (:meth:`weights_per_call`) than the profile's
-        line (:attr:`weights_line_`; False without one)."""
+        (:meth:`runs_in_model`) and passes more bytes per call through the caches (:meth:`bytes_per_call`) than
+        the profile's line (:attr:`weights_line_`; False without one)."""
         kind = kind_of_label(target_kind)
         units = list(units)
         return (kind in self.weights_line_ and self.runs_in_model(units, kind)
-                and self.weights_per_call(units) > self.weights_line_[kind])
+                and self.bytes_per_call(units) > self.weights_line_[kind])
 
     def weights_cold_extra_us(self, target_kind: str, record) -> float:
         """What reading its weights from memory adds to a kernel's in-model time when the profile has no

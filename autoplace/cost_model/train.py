@@ -44,7 +44,7 @@ def in_model_records(records, weights_line: dict | None = None):
     two part by a host-dependent 10-20%: three of four base models' kernels summed 4-10% above their end-to-end time
     in-model in session 20's records, 10-22% below it in session 23's; in context 1-7% below it, then within 1%.
 
-    ``weights_line``: ``{kind: bytes}``, the weights per call above which a model is priced weights-cold
+    ``weights_line``: ``{kind: bytes}``, the bytes per call above which a model is priced weights-cold
     (:attr:`~autoplace.cost_model.table.CostTable.weights_line_`; default: the line a table of ``records`` learns).
     In such a model a kernel's in-context time includes reading its weights from memory, which the cost table adds
     to the in-model price itself: :func:`in_context_times` takes it out."""
@@ -92,13 +92,13 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
     times describe a warm cache, not the in-model one. Only kernels with a unit record count (a training fold lacks
     those of the family it keeps out).
 
-    In a model priced weights-cold (its weights per call above ``weights_line``, ``{kind: bytes}``), a kernel with
+    In a model priced weights-cold (its bytes per call above ``weights_line``, ``{kind: bytes}``), a kernel with
     weights gets its in-context time less what its weights-cold timing adds to its in-model one (the weights'
     memory time, which the cost table adds to in-model prices in such a model); one with weights and no
     weights-cold timing is left out."""
     import pandas as pd
 
-    from ..profile.cache_state import finite_or_zero, model_runs_in_model
+    from ..profile.cache_state import bytes_per_call, finite_or_zero, model_runs_in_model
     from ..profile.in_context import IN_CONTEXT_TIMING
     from .table import in_model_times, weights_cold_times
 
@@ -123,7 +123,7 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
             continue
         weights = {k: finite_or_zero(rows.loc[k].get("weight_bytes")) for k, _ in launches}
         line = (weights_line or {}).get(str(run["target"]))
-        cold = line is not None and sum(weights[k] for k, _ in launches) > line
+        cold = line is not None and bytes_per_call([rows.loc[k] for k, _ in launches]) > line
         for key in dict.fromkeys(k for k, _ in launches):
             us = float(np.median([us for k, us in launches if k == key]))
             if cold and weights[key] > 0:

@@ -95,6 +95,14 @@ def register_in_model_preproc(reread_args=()) -> str:
     return PREPROC_NAME
 
 
+def _launch_bytes(unit) -> tuple:
+    """``(key, weight bytes, output bytes)`` of one launch: a Unit or a unit record (dict or pandas row)."""
+    if hasattr(unit, "prim_func"):  # a Unit
+        return str(unit.key), int(finite_or_zero(unit.weight_bytes)), int(finite_or_zero(unit.nbytes_out))
+    return (str(unit.get("key")), int(finite_or_zero(unit.get("weight_bytes", 0))),
+            int(finite_or_zero(unit.get("bytes_out", 0))))
+
+
 def touched_bytes(units) -> int:
     """Bytes one call of a model touches: its distinct kernels' weights plus every launch's output.
 
@@ -102,14 +110,21 @@ def touched_bytes(units) -> int:
     ``weight_bytes``, ``bytes_out``/``nbytes_out``).
     """
     weights, outputs = {}, 0
-    for unit in units:
-        if hasattr(unit, "prim_func"):  # a Unit
-            key, weight, out = unit.key, unit.weight_bytes, unit.nbytes_out
-        else:  # a record (dict or pandas row)
-            key, weight, out = unit.get("key"), unit.get("weight_bytes", 0), unit.get("bytes_out", 0)
-        weights[str(key)] = int(finite_or_zero(weight))
-        outputs += int(finite_or_zero(out))
+    for key, weight, out in map(_launch_bytes, units):
+        weights[key] = weight
+        outputs += out
     return sum(weights.values()) + outputs
+
+
+def bytes_per_call(units) -> int:
+    """Bytes that pass through the caches in one call of a model: every launch's weights (each layer's are its
+    own, even where layers share a kernel) plus every launch's output. Between two calls' reads of one weight the
+    rest of this passes through the caches: what decides whether the host's caches keep the weights from one call
+    to the next (:meth:`autoplace.cost_model.CostTable.runs_weights_cold`).
+
+    ``units``: as :func:`touched_bytes`.
+    """
+    return sum(weight + out for _, weight, out in map(_launch_bytes, units))
 
 
 def finite_or_zero(value) -> float:
