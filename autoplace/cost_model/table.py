@@ -394,8 +394,8 @@ class CostTable:
         -20% (session 43). What evicts a weight before the next call reads it is everything the call passes
         through the caches, its activations too: a line on weights alone fell anywhere from 3.8 to 6.4 MB as one
         of the Zen 3's 17 models was left out (convnext-base's 4.7 MB priced weights-cold without its own record,
-        +28%), one on bytes per call between 9.1 and 11.6 MB (11.15 with all; convnext-base 6.1 MB per call, in
-        -model without its record, -14%; session 47, ``experiments/weights_line_loo.py``). Over the models with an end-to-end record whose kernels
+        +28%), one on bytes per call between 9.1 and 11.6 MB (11.15 with all; convnext-base's 6.1 MB per call
+        priced in-model without its record, -14%; session 47, ``experiments/weights_line_loo.py``). Over the models with an end-to-end record whose kernels
         were all timed both ways (and which run in-model), the line is the one that minimises the sum of their
         absolute log errors (kernel sums plus the VM's overheads), put halfway (geometrically) between the two
         models it falls between; no line (nothing priced weights-cold) when no model above it is priced better so.
