@@ -676,6 +676,39 @@ def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_large
     assert in_context_times(records, weights_line={"llvm": 5 << 20}) == {("llvm", "big-b"): 15.0, ("llvm", "big-c"): 9.0}
 
 
+def test_a_measured_kernel_is_priced_by_its_times_in_context_in_the_profiles_other_models():
+    """A measured kernel of a model that runs in-model is priced by its in-context time in the profile's other
+    models that launch it (the median over them), not by its in-model time alone: the time it takes inside a model.
+    Kernels no such model launched keep their in-model time; a model that stays in the L2 its warm one."""
+    from autoplace.cost_model.train import in_context_times
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    def unit(key, weight_bytes=0):
+        return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
+                    in_model_median_us=12.0, in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20,
+                    weight_bytes=weight_bytes, bytes_out=1024)
+
+    def run(model, keys, kernel_us):
+        return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
+                    unit_keys=keys, in_context_kernel_us=kernel_us, in_context_timing=IN_CONTEXT_TIMING)
+
+    records = pd.DataFrame([
+        unit("a", 4 << 20), unit("b"), unit("c"), unit("d"),
+        run("one", ["a", "b", "a"], [20.0, 15.0, 22.0]),  # 8 MB per call: past the 1 MB L2
+        run("two", ["a", "b", "c"], [27.0, 19.0, 14.0]),
+    ])
+    # over the launches in each model (21 and 27 us), then over the models
+    assert in_context_times(records) == {("llvm", "a"): 24.0, ("llvm", "b"): 17.0, ("llvm", "c"): 14.0}
+    table = CostTable(records)
+    assert table.in_context_elsewhere_ == {("a", "llvm"): 24.0, ("b", "llvm"): 17.0, ("c", "llvm"): 14.0}
+    new = [unit("a", 4 << 20), unit("c"), unit("d"), unit("a", 4 << 20)]  # a model no record timed
+    priced = table.latencies(new, "llvm")
+    assert priced["in_model"].all() and not priced["in_context"].any()
+    assert priced["latency_us"].tolist() == [24.0, 14.0, 12.0, 24.0]  # d: no other model launched it
+    assert table.latencies(new, "llvm", in_model=False)["latency_us"].tolist() == [10.0] * 4
+
+
 def test_train_fits_no_model_of_in_model_times_when_few_kernels_were_timed_so(tmp_path, capsys):
     """A profile most of whose kernels were measured before in-model timing existed: a model fitted on the few
     in-model times would price kernels it never saw timed so (Zen 3, session 20: bert-base's matmuls 1.9x their

@@ -88,9 +88,10 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
     :data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`, as :class:`~autoplace.cost_model.table.CostTable` reads
     them; the newest of each model) in the models that run in-model
     (:func:`~autoplace.profile.cache_state.model_runs_in_model`: more bytes per call than the L2 of the cores that
-    timed the kernels, more than one kernel). Kernels of models that stay in the L2 are left out: their in-context
-    times describe a warm cache, not the in-model one. Only kernels with a unit record count (a training fold lacks
-    those of the family it keeps out).
+    timed the kernels, more than one kernel): over its launches in each model, then over the models that launch
+    it (bert-base and roberta-base share most kernels). Kernels of models that stay in the L2 are left out: their
+    in-context times describe a warm cache, not the in-model one. Only kernels with a unit record count (a training
+    fold lacks those of the family it keeps out).
 
     In a model priced weights-cold (its bytes per call above ``weights_line``, ``{kind: bytes}``), a kernel with
     weights gets its in-context time less what its weights-cold timing adds to its in-model one (the weights'
@@ -108,7 +109,7 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
     runs = df[(df["kind"] == "model") & (df["in_context_timing"] == IN_CONTEXT_TIMING)]
     runs = runs.drop_duplicates(subset=["target", "key"], keep="last")
     units = df[df["kind"] == "unit"].drop_duplicates(subset=["key", "target"], keep="last")
-    times: dict = {}
+    per_model: dict = {}  # (target kind, kernel key) -> [us in each model that launches it]
     of_target: dict = {}  # target -> (unit rows by key, in-model times, L2 bytes, weights-cold times), read once
     for _, run in runs.iterrows():
         if run["target"] not in of_target:
@@ -130,8 +131,8 @@ def in_context_times(records, weights_line: dict | None = None) -> dict:
                 if key not in weights_cold or key not in in_model:
                     continue
                 us = max(0.0, us - max(0.0, weights_cold[key] - in_model[key]))
-            times[(str(run["target"]), key)] = us
-    return times
+            per_model.setdefault((str(run["target"]), key), []).append(us)
+    return {tag: float(np.median(times)) for tag, times in per_model.items()}
 
 
 def in_model_coverage(records) -> dict:
