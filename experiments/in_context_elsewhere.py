@@ -66,6 +66,8 @@ def main(argv=None):
     parser.add_argument("hardware_id", help="a folder of profiles/")
     parser.add_argument("--kind", default="llvm")
     args = parser.parse_args(argv)
+    from results_folder import write_csv
+
     from autoplace.profile import ProfileStore
 
     records = ProfileStore(os.path.join(os.path.dirname(HERE), "profiles", args.hardware_id)).records()
@@ -80,10 +82,7 @@ def main(argv=None):
     for column in ("own_timings_err", "in_context_elsewhere_err"):
         print(f"{column}: {int((out[column].abs() <= 0.15).sum())} of {len(out)} within 15%, "
               f"median |error| {out[column].abs().median():.1%}")
-    path = os.path.join(HERE, "results", args.hardware_id, "in_context_elsewhere.csv")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    out.to_csv(path, index=False)
-    print("wrote", path)
+    write_csv(out, "in_context_elsewhere.csv", args.hardware_id)
 
 
 if __name__ == "__main__":

@@ -62,9 +62,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hardware_id", help="a folder of profiles/")
     args = parser.parse_args(argv)
+    from results_folder import write_csv
+    from weights_cold_sums import model_sums
+
     from autoplace.cost_model import CostTable
     from autoplace.profile import ProfileStore
-    from weights_cold_sums import model_sums
 
     records = ProfileStore(os.path.join(os.path.dirname(HERE), "profiles", args.hardware_id)).records()
     table = CostTable(records)
@@ -89,10 +91,7 @@ def main(argv=None):
               f"{part['line_without_mb'].min():.2f}-{part['line_without_mb'].max():.2f} MB; priced so, "
               f"{within} of {len(part)} within 15%, median |error| {part['err'].abs().median():.1%}")
         print(part.drop(columns=["axis", "full_line_mb"]).round(3).to_string(index=False))
-    path = os.path.join(HERE, "results", args.hardware_id, "weights_line_loo.csv")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    out.to_csv(path, index=False)
-    print("wrote", path)
+    write_csv(out, "weights_line_loo.csv", args.hardware_id)
 
 
 if __name__ == "__main__":
