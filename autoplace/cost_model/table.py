@@ -399,15 +399,14 @@ class CostTable:
         eight base transformers that share kernels with others summed -13.4..+4.0% of their end-to-end times,
         against -23.9..-5.5% by their kernels' own timings (16 of its 17 base models within 15%, against 13); the
         AMD Zen 4's -8.9..+2.1%, against -14.1..-5.5% (median error of its 17 base models 4.1%, against 7.2%)
-        (``experiments/in_context_elsewhere.py``). Scaling the other measured kernels by their op class's median
-        in-context / in-model ratio as well (1.08-1.15 on both hosts) helped the Zen 3 (median error 8.8% -> 5.8%)
-        and not the Zen 4 (4.1% -> 5.4%: its CNNs and mlp-base went +12-14% over): it is not done."""
+        (``experiments/in_context_elsewhere.py``). Scaling the other measured kernels by their op class's
+        in-context / in-model ratio as well (1.02-1.15, median or time-weighted) helped the Zen 3 (median error
+        8.8% -> 5.8%) and not the Zen 4 (4.1% -> 4.8-5.4%: its CNNs and mlp-base went +12-14% over): not done."""
         from .train import in_context_times
 
-        measured = {(key, kind) for key, kind in self.measured_in_model_}
         self.in_context_elsewhere_ = {(key, kind): us for (kind, key), us in
                                       in_context_times(df, weights_line=self.weights_line_).items()
-                                      if (key, kind) in measured}
+                                      if (key, kind) in self.measured_in_model_}
 
     def _fit_weights_line(self, df: pd.DataFrame) -> None:
         """:attr:`weights_line_`: per target kind, the bytes per call (:meth:`bytes_per_call`: every launch's
@@ -422,10 +421,11 @@ class CostTable:
         through the caches, its activations too: a line on weights alone fell anywhere from 3.8 to 6.4 MB as one
         of the Zen 3's 17 models was left out (convnext-base's 4.7 MB priced weights-cold without its own record,
         +28%), one on bytes per call between 9.1 and 11.6 MB (11.15 with all; convnext-base's 6.1 MB per call
-        priced in-model without its record, -14%; session 47, ``experiments/weights_line_loo.py``). Over the models with an end-to-end record whose kernels
-        were all timed both ways (and which run in-model), the line is the one that minimises the sum of their
-        absolute log errors (kernel sums plus the VM's overheads), put halfway (geometrically) between the two
-        models it falls between; no line (nothing priced weights-cold) when no model above it is priced better so.
+        priced in-model without its record, -14%; session 47, ``experiments/weights_line_loo.py``). Over the
+        models with an end-to-end record whose kernels were all timed both ways (and which run in-model), the line
+        is the one that minimises the sum of their absolute log errors (kernel sums plus the VM's overheads), put
+        halfway (geometrically) between the two models it falls between; no line (nothing priced weights-cold) when
+        no model above it is priced better so.
         """
         if "unit_keys" not in df:
             return
