@@ -635,23 +635,30 @@ def test_train_also_fits_the_in_model_times_and_tables_price_large_models_with_t
     assert 1.2 < float(np.median(cold["latency_us"].to_numpy() / warm)) < 1.9
 
 
+def _in_context_unit(key, weight_bytes=0):
+    """A unit record timed in-model (10 us warm, 12 in-model, 1 KB out) on a 1 MB L2."""
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+
+    return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
+                in_model_median_us=12.0, in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20,
+                weight_bytes=weight_bytes, bytes_out=1024)
+
+
+def _in_context_run(model, keys, kernel_us):
+    """An end-to-end record of ``model`` whose kernels ``keys`` were timed in context at ``kernel_us``."""
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+
+    return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
+                unit_keys=keys, in_context_kernel_us=kernel_us, in_context_timing=IN_CONTEXT_TIMING)
+
+
 def test_the_model_of_in_model_times_learns_the_in_context_times_of_models_larger_than_the_l2():
     """Where a model larger than the L2 was timed whole with its kernels in context, those times (the median over a
     kernel's launches) replace its kernels' in-model times in what the model of in-model times trains on; the kernels
     of a model that stays in the L2 keep their in-model times (their in-context times describe a warm cache)."""
     from autoplace.cost_model.train import in_context_times, in_model_records
-    from autoplace.profile.cache_state import IN_MODEL_TIMING
-    from autoplace.profile.in_context import IN_CONTEXT_TIMING
 
-    def unit(key, weight_bytes):
-        return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
-                    in_model_median_us=12.0, in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20,
-                    weight_bytes=weight_bytes, bytes_out=1024)
-
-    def run(model, keys, kernel_us):
-        return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
-                    unit_keys=keys, in_context_kernel_us=kernel_us, in_context_timing=IN_CONTEXT_TIMING)
-
+    unit, run = _in_context_unit, _in_context_run
     records = pd.DataFrame([
         unit("big-a", 4 << 20), unit("big-b", 0), unit("big-c", 0), unit("small-a", 1024), unit("small-b", 0),
         unit("alone", 0),
@@ -681,18 +688,8 @@ def test_a_measured_kernel_is_priced_by_its_times_in_context_in_the_profiles_oth
     models that launch it (the median over them), not by its in-model time alone: the time it takes inside a model.
     Kernels no such model launched keep their in-model time; a model that stays in the L2 its warm one."""
     from autoplace.cost_model.train import in_context_times
-    from autoplace.profile.cache_state import IN_MODEL_TIMING
-    from autoplace.profile.in_context import IN_CONTEXT_TIMING
 
-    def unit(key, weight_bytes=0):
-        return dict(kind="unit", status="ok", target="llvm", key=key, model="m", median_us=10.0,
-                    in_model_median_us=12.0, in_model_timing=IN_MODEL_TIMING, l2_bytes=1 << 20,
-                    weight_bytes=weight_bytes, bytes_out=1024)
-
-    def run(model, keys, kernel_us):
-        return dict(kind="model", status="ok", target="llvm", key=model, model=model, median_us=sum(kernel_us) + 5,
-                    unit_keys=keys, in_context_kernel_us=kernel_us, in_context_timing=IN_CONTEXT_TIMING)
-
+    unit, run = _in_context_unit, _in_context_run
     records = pd.DataFrame([
         unit("a", 4 << 20), unit("b"), unit("c"), unit("d"),
         run("one", ["a", "b", "a"], [20.0, 15.0, 22.0]),  # 8 MB per call: past the 1 MB L2
