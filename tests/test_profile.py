@@ -313,6 +313,12 @@ def test_a_bundle_says_which_vector_instructions_its_cpu_code_needs_and_a_cpu_wi
     assert missing_cpu_flags(avx512, "processor : 0\nflags : fpu sse2 avx avx2 fma f16c\n")[:2] == ["avx512_bf16",
                                                                                                   "avx512_bitalg"]
     assert missing_cpu_flags(avx512, "processor : 0\n") == []  # flags unreadable: nothing to tell by
+    # A Zen 5 runs its own znver5 code: every instruction set LLVM's znver5 implies, by the name /proc/cpuinfo gives
+    # it (the AVX-512 flags of the Zen 5 of session 48; avx512vp2intersect is avx512_vp2intersect there)
+    zen5 = ("processor : 0\nflags : fpu sse2 avx avx2 fma f16c avx_vnni avx512f avx512dq avx512ifma avx512cd avx512bw "
+            "avx512vl avx512_bf16 avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq "
+            "avx512_vp2intersect\n")
+    assert missing_cpu_flags(cpu_flags_needed(tvm.target.Target({"kind": "llvm", "mcpu": "znver5"})), zen5) == []
 
     bundle = tmp_path / "bundle"
     manifest = build_bundle([zoo.get("seed003")], {"cpu": {"kind": "llvm", "mcpu": "x86-64-v3"}}, str(bundle),

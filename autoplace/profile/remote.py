@@ -320,9 +320,10 @@ def export_stream_kernel(target, path: str, *, preproc: bool = False) -> None:
 
 
 #: LLVM's x86 vector features by their ``/proc/cpuinfo`` flag where the two names differ.
+#: ``avx512vp2intersect`` is ``avx512_vp2intersect`` there: a Zen 5 (``znver5``) that has it refused its own bundle.
 _CPUINFO_FLAG = {"avx512bf16": "avx512_bf16", "avx512bitalg": "avx512_bitalg", "avx512fp16": "avx512_fp16",
                  "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512vpopcntdq": "avx512_vpopcntdq",
-                 "avxvnni": "avx_vnni"}
+                 "avx512vp2intersect": "avx512_vp2intersect", "avxvnni": "avx_vnni"}
 
 
 def cpu_flags_needed(cpu_target) -> list:
