@@ -75,7 +75,7 @@ def main() -> None:
             history.setdefault(record["key"], []).append({k: v for k, v in record.items()
                                                           if not (isinstance(v, float) and np.isnan(v))})
     out, warm, in_model = [], [], []
-    for key, records in history.items():
+    for records in history.values():
         fresh = records[-1]
         if not fresh_start(fresh):
             continue
