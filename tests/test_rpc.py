@@ -17,7 +17,7 @@ import pytest
 import tvm
 
 from autoplace import zoo
-from autoplace.backend.cpu_threads import restore_usable_cpus
+from autoplace.backend.cpu_threads import USABLE_CPUS, restore_usable_cpus
 from autoplace.errors import ProfilingError, RPCError
 from autoplace.profile import ProfileStore, extract_units
 from autoplace.profile.cache_state import IN_MODEL_TIMING
@@ -252,6 +252,40 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
     assert with_weights and all(r["weights_cold_median_us"] > 0 and r["weights_cold_timing"] == WEIGHTS_COLD_TIMING
                                 for r in with_weights)
     assert {r["l2_bytes"] for r in units} == {r["l2_bytes"] for r in mine if r["kind"] == "unit"}
+
+
+
+def test_a_kernel_timed_on_a_server_checked_in_its_session_evicts_the_l2_of_all_the_servers_cpus(tmp_path, farm):
+    """The first item a job gives a server is timed in the session that reads the server's hardware. Reading its
+    thread pool's size there created the pool, which pinned the session's thread to one CPU (TVM_NUM_THREADS=1 on
+    two), and the in-model library loaded next evicted one core's L2: on a 2-core Zen 5, CI found records of 1 and
+    2 MiB in one profile."""
+    import concurrent.futures as cf
+
+    from autoplace.backend.cpu_schedules import cpu_target
+    from autoplace.profile.job import probe_module
+    from autoplace.profile.remote import export_kernel, kernel_item
+    from autoplace.profile.remote_runner import l2_bytes
+    from autoplace.profile.rpc import Farm as RPCFarm
+    from autoplace.profile.rpc import Work
+
+    target = cpu_target("llvm")
+    with RPCFarm(farm.config, {"repeat": 2, "number": 1, "min_repeat_ms": 1}, log=lambda *_: None) as servers:
+        servers.open(target, in_model=True)
+        assert servers.in_model_library is not None
+        unit = extract_units(probe_module(), target)[0]
+        path = os.path.join(servers.workdir, "probe.so")
+        export_kernel(unit.prim_func.script(show_meta=True), str(target), path)
+        built = cf.Future()
+        built.set_result(path)
+        results = []
+        for _ in range(2):
+            servers._checked.clear()  # each server is new to the job: its hardware is read in the timing session
+            servers.run([Work(kernel_item(unit, None, "probe", "llvm", "probe.so"), built, what="probe")],
+                        lambda work, result: results.append(result))
+    assert [r["status"] for r in results] == ["ok", "ok"], results
+    # the servers run on the CPUs this test process had when autoplace was imported (Farm._start)
+    assert {r["l2_bytes"] for r in results} == {l2_bytes(len(USABLE_CPUS))}
 
 
 ROUNDS_JOB = textwrap.dedent(

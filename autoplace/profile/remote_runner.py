@@ -198,14 +198,21 @@ def hardware(tvm_version, threads=None):
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
+#: The CPUs this process may run on, read when this module is loaded (the runner: when it starts). TVM's thread
+#: pool, with fewer threads than CPUs (``TVM_NUM_THREADS`` of the physical cores on an SMT machine), pins the thread
+#: that runs a parallel kernel to one CPU, whose affinity then reads one CPU (``cpu_threads.USABLE_CPUS``).
+CPUS_AT_START = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
 def l2_bytes(cores=None):
-    """The L2 of ``cores`` cores of this machine together (default: the cores this process may use).
+    """The L2 of ``cores`` cores of this machine together (default: the CPUs this process could use when this
+    module was loaded, :data:`CPUS_AT_START`).
 
     Read from Linux sysfs (``cpu0/cache/index2``); :data:`DEFAULT_L2_PER_CORE_BYTES` per core when it cannot
     be read.
     """
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = len(CPUS_AT_START) if CPUS_AT_START else (os.cpu_count() or 1)
     try:
         with open("/sys/devices/system/cpu/cpu0/cache/index2/size", encoding="ascii") as f:
             text = f.read().strip().upper()

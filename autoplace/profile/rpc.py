@@ -375,8 +375,12 @@ def build_in_model_library(cpu_target, hardware: dict, folder: str, *, log=print
     return path
 
 
-def remote_hardware(session, helper_path: str, tvm_version: str) -> dict:
-    """The hardware metadata of the machine behind ``session`` (see the module docstring)."""
+def remote_hardware(session, helper_path: str, tvm_version: str, *, threads: bool = True) -> dict:
+    """The hardware metadata of the machine behind ``session`` (see the module docstring). ``threads``: also
+    read the size of the server's CPU thread pool (``cpu_threads``, else None). Reading it creates the pool, which
+    pins the session's thread to one CPU when it has fewer threads than CPUs: the in-model library loaded after
+    that in the same session reads one core's L2 (1 MiB of the 2 of a 2-core Zen 5), and its kernels run pinned.
+    Read it last, or in a session that times nothing."""
     import tvm
 
     session.upload(helper_path, target="autoplace_hardware.so")
@@ -404,9 +408,9 @@ def remote_hardware(session, helper_path: str, tvm_version: str) -> dict:
     arch = cpu_arch_from(cpuinfo)
     # The server's CPU thread pool: TVM's default is half the logical CPUs on x86 (start servers with
     # TVM_NUM_THREADS=<physical cores> to use them all); every CPU record says what it ran on.
-    threads = int(session.get_function("runtime.NumThreads")())
+    pool = int(session.get_function("runtime.NumThreads")()) if threads else None
     return {"hardware_id": hardware_id(cpu, cores, [g["name"] for g in gpus], arch), "cpu_model": cpu,
-            "cpu_arch": arch, "cpu_cores": cores, "cpu_threads": threads,
+            "cpu_arch": arch, "cpu_cores": cores, "cpu_threads": pool,
             "machine": machine, "gpus": gpus, "tvm_version": tvm_version, "python": None, "created": _now(),
             "host": fields[1]}
 
@@ -522,7 +526,9 @@ class Farm:
 
     def _check_server(self, session, address) -> None:
         if address not in self._checked:
-            self._checked[address] = remote_hardware(session, self._helper, self.tvm_version)["hardware_id"]
+            # not its thread pool: this session times an item next (remote_hardware)
+            self._checked[address] = remote_hardware(session, self._helper, self.tvm_version,
+                                                     threads=False)["hardware_id"]
         if self._checked[address] != self.hardware["hardware_id"]:
             raise RPCError(
                 f"the RPC server {address[0]}:{address[1]} under key {self.config.key!r} is hardware "
