@@ -5,11 +5,13 @@ canary (``autoplace.profile.host_speed``: a 128x256x256 matmul, 256 KB, compute-
 another tenant's memory traffic (L3, DRAM bandwidth), which a kernel that stays in L2 does not feel. This times,
 in turn and for ``--seconds``, the matmul canary, a streaming canary (``x + y`` over two 16 MB tensors: 48 MB of
 traffic, more than the L3) and one ~20 ms sample of each model, all-CPU, and asks which canary flags the slow
-model samples.
+model samples. Session 49 added a canary that stays in the L3 (``x + y`` over two tensors of an eighth of the L3
+each, read from sysfs): on the AMD Zen 5 whole models ran at two speeds (inception-base 1.3 vs 2.0 ms) while the
+matmul canary and 64 MB copies stayed steady, and another tenant taking the shared L3 is what neither would feel.
 
-    python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240]
+    python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240] [--tag _s49]
 
-Writes ``experiments/results/<hardware id>/canary_correlation.csv`` (every sample) and prints per model the
+Writes ``experiments/results/<hardware id>/canary_correlation<tag>.csv`` (every sample) and prints per model the
 Spearman correlation of its sample times with each canary, and how many of its slow samples (over 1.15x its
 fastest) each canary flags (over 1.15x the canary's fastest), and how often it flags a calm one.
 """
@@ -26,10 +28,21 @@ from results_folder import results_folder
 
 STREAM_SHAPE = (1024, 4096)  # float32: 16 MB per tensor
 SLOW = 1.15
+CANARIES = ("matmul", "stream", "l3")
 
 
-def stream_canary():
-    """``time_us()`` of ``x + y`` over two :data:`STREAM_SHAPE` float32 tensors, built as autoplace builds."""
+def l3_bytes() -> int:
+    """The L3 of cpu0 (Linux sysfs ``index3``), 32 MiB when it does not say."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="ascii") as f:
+            text = f.read().strip().upper()
+        return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+    except (OSError, ValueError, IndexError):
+        return 32 << 20
+
+
+def stream_canary(shape=STREAM_SHAPE, number=2):
+    """``time_us()`` of ``x + y`` over two ``shape`` float32 tensors, built as autoplace builds."""
     import tvm
     from tvm import relax
 
@@ -37,8 +50,8 @@ def stream_canary():
     from autoplace.backend.pipeline import single_device_build
 
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(STREAM_SHAPE, "float32"))
-    y = relax.Var("y", relax.TensorType(STREAM_SHAPE, "float32"))
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    y = relax.Var("y", relax.TensorType(shape, "float32"))
     with bb.function("main", [x, y]):
         with bb.dataflow():
             out = bb.emit_output(relax.op.add(x, y))
@@ -46,8 +59,8 @@ def stream_canary():
     dev = tvm.cpu()
     vm = relax.VirtualMachine(single_device_build(bb.get(), cpu_target("llvm")), dev)
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal(STREAM_SHAPE).astype("float32"), dev) for _ in range(2)]
-    timer = vm.time_evaluator("main", dev, number=2, repeat=1)
+    args = [tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"), dev) for _ in range(2)]
+    timer = vm.time_evaluator("main", dev, number=number, repeat=1)
 
     def time_us() -> float:
         return float(np.median(timer(*args).results)) * 1e6
@@ -61,7 +74,8 @@ def collect(specs, seconds: float) -> pd.DataFrame:
     from autoplace import zoo
     from autoplace.profile.host_speed import _canary_runner
 
-    matmul, stream = _canary_runner(), stream_canary()
+    l3_shape = (l3_bytes() // 8 // 4 // 1024, 1024)  # two inputs and the output: 3/8 of the L3
+    canaries = dict(matmul=_canary_runner(), stream=stream_canary(), l3=stream_canary(l3_shape, number=10))
     models = []
     for spec in specs:
         model = zoo.parse(spec)
@@ -72,26 +86,25 @@ def collect(specs, seconds: float) -> pd.DataFrame:
     rows, start = [], time.monotonic()
     while time.monotonic() - start < seconds:
         for spec, runner, inputs, number in models:
-            m_us, s_us = matmul(), stream()
+            row = {f"{name}_canary_us": time_us() for name, time_us in canaries.items()}
             model_us = float(runner.time_us(inputs, number=number, repeat=1)[0])
-            rows.append(dict(t_s=time.monotonic() - start, model=spec, matmul_canary_us=m_us,
-                             stream_canary_us=s_us, model_us=model_us))
+            rows.append(dict(t_s=time.monotonic() - start, model=spec, **row, model_us=model_us))
     return pd.DataFrame(rows)
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     out = []
-    m_slow = table.matmul_canary_us > SLOW * table.matmul_canary_us.min()
-    s_slow = table.stream_canary_us > SLOW * table.stream_canary_us.min()
+    names = [n for n in CANARIES if f"{n}_canary_us" in table]  # older runs have no L3 canary
+    flags = {n: table[f"{n}_canary_us"] > SLOW * table[f"{n}_canary_us"].min() for n in names}
     for spec, group in table.groupby("model", sort=False):
         slow = group.model_us > SLOW * group.model_us.min()
         row = dict(model=spec, samples=len(group), slow_samples=int(slow.sum()),
                    model_spread=float(group.model_us.max() / group.model_us.min()))
-        for name, flag in (("matmul", m_slow[group.index]), ("stream", s_slow[group.index])):
+        for name in names:
+            flag = flags[name][group.index]
             row[f"{name}_spearman"] = float(group.model_us.corr(group[f"{name}_canary_us"], method="spearman"))
             row[f"{name}_flags_slow"] = int((flag & slow).sum())
             row[f"{name}_flags_calm"] = int((flag & ~slow).sum())
-        row["either_flags_slow"] = int(((m_slow[group.index] | s_slow[group.index]) & slow).sum())
         out.append(row)
     return pd.DataFrame(out)
 
@@ -129,17 +142,20 @@ def main(argv=None):
     parser.add_argument("--models", nargs="*", default=["bert-base", "resnet-base"])
     parser.add_argument("--seconds", type=float, default=240)
     parser.add_argument("--replay", action="store_true", help="analyse the samples of the last run again")
+    parser.add_argument("--tag", default="", help="suffix of the CSV's name")
     args = parser.parse_args(argv)
     out_dir = results_folder()
-    path = os.path.join(out_dir, "canary_correlation.csv")
+    path = os.path.join(out_dir, f"canary_correlation{args.tag}.csv")
     if args.replay:
         table = pd.read_csv(path)
     else:
         table = collect(args.models, args.seconds)
         table.to_csv(path, index=False)
-    print(f"stream canary: fastest {table.stream_canary_us.min():.0f} us, median "
-          f"{table.stream_canary_us.median() / table.stream_canary_us.min():.2f}x; matmul canary fastest "
-          f"{table.matmul_canary_us.min():.0f} us, median {table.matmul_canary_us.median() / table.matmul_canary_us.min():.2f}x")
+    for name in CANARIES:
+        if f"{name}_canary_us" in table:
+            column = table[f"{name}_canary_us"]
+            print(f"{name} canary: fastest {column.min():.0f} us, median {column.median() / column.min():.2f}x, "
+                  f"90th percentile {column.quantile(0.9) / column.min():.2f}x")
     print(summarize(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print("calm-sample policies replayed on these samples (error of a call's median against the model's calm floor):")
     print(simulate_calm_policies(table).to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -324,18 +324,25 @@ def export_stream_kernel(target, path: str, *, preproc: bool = False) -> None:
 _CPUINFO_FLAG = {"avx512bf16": "avx512_bf16", "avx512bitalg": "avx512_bitalg", "avx512fp16": "avx512_fp16",
                  "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512vpopcntdq": "avx512_vpopcntdq",
                  "avx512vp2intersect": "avx512_vp2intersect", "avxvnni": "avx_vnni"}
+#: The vector flags Linux lists in ``/proc/cpuinfo`` (arch/x86/include/asm/cpufeatures.h), the only ones a runner can
+#: check. Newer ones are not listed by every kernel (``avx_ifma``) or by none (``avx_vnni_int8`` and ``avx_ne_convert``
+#: are KVM-only): a Sierra Forest's ``sierraforest`` code needs LLVM's avxifma, avxneconvert and avxvnniint8, and
+#: checking them would refuse its own bundle. A CPU lacking one of those fails at its first kernel instead.
+_LISTED_FLAGS = frozenset({"avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512dq", "avx512bw", "avx512vl",
+                           "avx512ifma", "avx512vbmi", "avx512pf", "avx512er", "avx512_4vnniw", "avx512_4fmaps",
+                           *_CPUINFO_FLAG.values()})
 
 
 def cpu_flags_needed(cpu_target) -> list:
     """The vector instruction sets (``/proc/cpuinfo`` flags: ``avx2``, ``fma``, ``avx512f``...) that code compiled
-    for ``cpu_target``'s ``mcpu`` may use: the bundle's runner checks the remote CPU has them all. Empty for a
-    target that is not x86 (nothing checked)."""
+    for ``cpu_target``'s ``mcpu`` may use and Linux lists (:data:`_LISTED_FLAGS`): the bundle's runner checks the
+    remote CPU has them all. Empty for a target that is not x86 (nothing checked)."""
     from tvm.target import codegen
 
     if cpu_target.kind.name != "llvm" or "x86" not in str(cpu_target.attrs.get("mtriple") or "x86"):
         return []
     features = (str(f).lstrip("+") for f in codegen.llvm_get_cpu_features(cpu_target))
-    return sorted(_CPUINFO_FLAG.get(f, f) for f in features if f.startswith("avx") or f in ("fma", "f16c"))
+    return sorted(flag for flag in (_CPUINFO_FLAG.get(f, f) for f in features) if flag in _LISTED_FLAGS)
 
 
 def build_bundle(models, targets, bundle_dir: str, *, copy_sizes=DEFAULT_COPY_SIZES, rounds: int = 1,
