@@ -8,6 +8,9 @@ traffic, more than the L3) and one ~20 ms sample of each model, all-CPU, and ask
 model samples. Session 49 added a canary that stays in the L3 (``x + y`` over two tensors of an eighth of the L3
 each, read from sysfs): on the AMD Zen 5 whole models ran at two speeds (inception-base 1.3 vs 2.0 ms) while the
 matmul canary and 64 MB copies stayed steady, and another tenant taking the shared L3 is what neither would feel.
+It did not: the L3 and streaming canaries ran *faster* in the slow phase. The *sharing* canary
+(``host_speed._sharing_canary_runner``: each thread reads what another core wrote) read 4.5x slower there and
+flags it (``host_speed.APART``).
 
     python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240] [--tag _s49]
 
@@ -28,7 +31,7 @@ from results_folder import results_folder
 
 STREAM_SHAPE = (1024, 4096)  # float32: 16 MB per tensor
 SLOW = 1.15
-CANARIES = ("matmul", "stream", "l3")
+CANARIES = ("matmul", "stream", "l3", "sharing")
 
 
 def l3_bytes() -> int:
@@ -72,10 +75,11 @@ def stream_canary(shape=STREAM_SHAPE, number=2):
 def collect(specs, seconds: float) -> pd.DataFrame:
     import autoplace
     from autoplace import zoo
-    from autoplace.profile.host_speed import _canary_runner
+    from autoplace.profile.host_speed import _canary_runner, _sharing_canary_runner
 
     l3_shape = (l3_bytes() // 8 // 4 // 1024, 1024)  # two inputs and the output: 3/8 of the L3
-    canaries = dict(matmul=_canary_runner(), stream=stream_canary(), l3=stream_canary(l3_shape, number=10))
+    canaries = dict(matmul=_canary_runner(), stream=stream_canary(), l3=stream_canary(l3_shape, number=10),
+                    sharing=_sharing_canary_runner())
     models = []
     for spec in specs:
         model = zoo.parse(spec)

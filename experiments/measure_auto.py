@@ -136,17 +136,17 @@ def main(argv=None):
               f"{row['kernel_rounds_max']}), canary median {row['kernel_canary_median']:.2f}, in context in "
               f"{row['context_rounds']} rounds; {row['measure_and_plan_s']:.0f} s)", flush=True)
     from autoplace.profile import ProfileStore
-    from autoplace.profile.host_speed import HostSpeed, best_canary_us
+    from autoplace.profile.host_speed import HostSpeed
     from autoplace.profile.job import fastest_rounds
 
     profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
                            hardware_metadata()["hardware_id"])
     committed = ProfileStore(profile).records() if os.path.isdir(profile) else pd.DataFrame()
-    best = best_canary_us(committed) if not committed.empty else None
+
     from autoplace.cost_model.evaluate import model_runs
 
     profiled = model_runs(committed, "llvm") if not committed.empty else pd.DataFrame()
-    speed = HostSpeed(best, interval_s=0.0)
+    speed = HostSpeed.for_records(committed if not committed.empty else None, interval_s=0.0)
     timings = time_rounds(built, args.rounds, speed, args.gap_s)
     for row in rows:
         medians, samples, slowdowns = timings[row["model"]]

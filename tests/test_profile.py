@@ -1054,16 +1054,16 @@ def test_end_to_end_samples_timed_while_the_host_ran_slow_are_left_out():
             return [1000.0 * self.host.now] * repeat
 
     host = Host([1.0, 2.0, 2.0, 1.05])
-    speed = HostSpeed(100.0)
-    speed._time_us = host.canary_us
+    speed = HostSpeed(100.0, best_sharing_us=10.0)
+    speed._time_us, speed._sharing_time_us = host.canary_us, lambda: 10.0  # the cores never apart
     timing = time_end_to_end(Runner(host), [], "cuda", repeat=5, speed=speed)
     assert timing["status"] == "ok" and timing["calm_samples"] == 5 and timing["samples"] == 9
     assert timing["median_us"] == 1000.0 and timing["max_us"] == 2000.0  # every sample is in min/max
     assert timing["host_slowdown"] == 1.0 and timing["canary_us"] == 100.0
 
     slow = Host([1.5, 1.8])
-    speed = HostSpeed(100.0)
-    speed._time_us = slow.canary_us
+    speed = HostSpeed(100.0, best_sharing_us=10.0)
+    speed._time_us, speed._sharing_time_us = slow.canary_us, lambda: 10.0
     timing = time_end_to_end(Runner(slow), [], "cuda", repeat=3, speed=speed, patience_s=0.0)
     assert timing["samples"] == 3 and timing["calm_samples"] == 2 and timing["median_us"] == 1500.0
     assert timing["host_slowdown"] == pytest.approx(1.5)
@@ -1078,8 +1078,8 @@ def test_a_slow_phase_is_not_waited_out_on_every_call():
     from autoplace.profile.host_speed import HostSpeed
 
     host = dict(canary_us=150.0)
-    speed = HostSpeed(100.0, slow_phase_patience_s=0.0)
-    speed._time_us = lambda: host["canary_us"]
+    speed = HostSpeed(100.0, slow_phase_patience_s=0.0, best_sharing_us=10.0)
+    speed._time_us, speed._sharing_time_us = (lambda: host["canary_us"]), (lambda: 10.0)
 
     def sample():
         time.sleep(0.005)
@@ -1094,6 +1094,43 @@ def test_a_slow_phase_is_not_waited_out_on_every_call():
     assert len(calm["all_us"]) == 3 and not speed.in_slow_phase
     host["canary_us"] = 150.0
     assert len(speed.calm_samples(sample, 3, patience_s=0.1)["all_us"]) > 10  # full patience again
+
+
+
+def test_samples_timed_while_the_cores_ran_apart_are_left_out_though_the_matmul_canary_reads_calm():
+    """The Zen 5's slow phase (session 49): models 1.3-1.6x slow, the matmul canary calm, the sharing canary (each
+    thread reads what another core wrote) 4.5x its fastest. Such a reading is slow (its ratio), a job's report counts
+    it, and a model's samples after it are left out; a reading under APART is the matmul's alone."""
+    from autoplace.profile.host_speed import APART, SLOW, HostSpeed, _sharing_canary_runner
+
+    host = dict(sharing_us=46.0, model_us=1500.0)
+    speed = HostSpeed(100.0, best_sharing_us=10.0)
+    speed._time_us, speed._sharing_time_us = (lambda: 100.0), (lambda: host["sharing_us"])
+    assert speed.slowdown() == pytest.approx(4.6) and speed.apart and speed.fields()["sharing_canary_us"] == 46.0
+    host["sharing_us"] = 1.2 * 10.0  # noise of the fast phase: not apart
+    assert speed.slowdown() == 1.0 and not speed.apart and 1.2 < APART
+    assert "2 with the cores apart" in speed.report()  # fields() read it again
+
+    pattern = iter([46.0, 46.0, 10.0, 46.0, 10.0, 10.0] + [10.0] * 20)
+
+    def sample():  # the model runs slow while the cores are apart
+        return 1500.0 if host["sharing_us"] > APART * 10.0 else 1000.0
+
+    def sharing():
+        host["sharing_us"] = next(pattern)
+        return host["sharing_us"]
+
+    speed._sharing_time_us = sharing
+    calm = speed.calm_samples(sample, 3, patience_s=10.0)
+    assert calm["kept_us"] == [1000.0] * 3 and len(calm["all_us"]) == 6 and calm["host_slowdown"] == 1.0
+    assert calm["kept_index"] == [2, 4, 5] and not speed.in_slow_phase
+    # apart all along: it gives up with what it has, saying how slow
+    host_apart = HostSpeed(100.0, best_sharing_us=10.0)
+    host_apart._time_us, host_apart._sharing_time_us = (lambda: 100.0), (lambda: 46.0)
+    given_up = host_apart.calm_samples(lambda: 1500.0, 3, patience_s=0.0)
+    assert given_up["host_slowdown"] == pytest.approx(4.6) and 4.6 > SLOW and host_apart.in_slow_phase
+    # the real canary runs and reads a time
+    assert _sharing_canary_runner(nbytes=1 << 16)() > 0
 
 
 def test_kernels_timed_on_another_thread_count_are_measured_again():

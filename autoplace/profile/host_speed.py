@@ -8,6 +8,16 @@ is timed, and each CPU record carries ``canary_us`` (the canary's time then)
 and ``host_slowdown``: that over the fastest canary any record of the folder carries. Rounds are then
 merged from the calm ones (:func:`autoplace.profile.job.merge_rounds`), and the job says how much of
 what it timed ran slow, so ``--rounds`` can add rounds until enough are calm.
+
+A second canary sees what the matmul does not: the *sharing* canary, two parallel passes in which every thread
+reads what another core wrote just before (as each kernel of a model reads its input). On the 2-vCPU AMD Zen 5
+(session 49) whole models ran at two speeds in phases of 10 s to minutes (inception-base 1.30 vs 1.95 ms,
+resnet-base 0.20 vs 0.28) while the matmul read the same in both; the sharing canary read 16-17 us in the fast
+phase and 71-74 us in the slow one (the two vCPUs apart, on cores that share no cache, is the likely cause:
+streaming canaries ran *faster* there, with two L3s to draw on). Over 7187 samples of each of two models, a
+sharing canary over :data:`APART` times its fastest flagged 828 of the 1061 slow samples and 12 calm ones
+(``experiments/canary_correlation.py``). While it reads so, ``host_slowdown`` is its ratio (over 4 there, so
+every such record counts slow) and records carry ``sharing_canary_us``.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pandas as pd
 
 #: The canary: ``(M, K) @ (K, N)`` float32 on every CPU thread, about 0.2 ms on two Zen 3 cores.
 CANARY_SHAPE = (128, 256, 256)
@@ -31,6 +42,12 @@ CALM = 1.05
 #: job's rounds, minutes apart, do. Waiting the full ``patience_s`` on every call of a slow phase had made the
 #: Xeon's stride grid (149 single-kernel models, 3 rounds) take 19 minutes (the Zen 3's: 3.5).
 SLOW_PHASE_PATIENCE_S = 0.3
+#: The sharing canary reads the cores apart when over this times its fastest (Zen 5: 1.04-1.29x in the fast
+#: phase, 4.5-5.1x in the slow one).
+APART = 2.0
+#: Bytes the sharing canary's two buffers hold together: within the L2 of two cores, so a pass reads the other
+#: core's cache, not memory.
+SHARING_BYTES = 1 << 20
 
 
 def _canary_runner():
@@ -56,6 +73,40 @@ def _canary_runner():
     return time_us
 
 
+def _sharing_canary_runner(nbytes: int = SHARING_BYTES, lanes: int = 16):
+    """``time_us()`` of the sharing canary: two parallel passes over two float32 buffers of ``nbytes`` together,
+    each block computed from the block half a buffer away, which another thread wrote in the pass before (with one
+    thread it reads its own writes). A pass that reads its own half ran 10x faster on the Zen 5."""
+    import tvm
+    from tvm.script import tirx as T
+
+    from ..backend.cpu_schedules import cpu_target
+
+    blocks = nbytes // 8 // lanes
+    half = blocks // 2
+
+    @T.prim_func
+    def main(x: T.Buffer((blocks, lanes), "float32"), y: T.Buffer((blocks, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for b in T.parallel(blocks):
+            for lane in T.vectorized(lanes):
+                y[b, lane] = x[(b + half) % blocks, lane] * T.float32(0.5) + T.float32(1)
+        for b in T.parallel(blocks):
+            for lane in T.vectorized(lanes):
+                x[b, lane] = y[(b + half) % blocks, lane] * T.float32(0.5) + T.float32(1)
+
+    dev = tvm.cpu()
+    lib = tvm.tirx.build(main, target=cpu_target("llvm"))
+    args = [tvm.runtime.tensor(np.ones((blocks, lanes), "float32"), dev) for _ in range(2)]
+    timer = lib.time_evaluator("main", dev, number=20, repeat=1)
+
+    def time_us() -> float:
+        return float(np.median(timer(*args).results)) * 1e6
+
+    time_us()  # warm up
+    return time_us
+
+
 class HostSpeed:
     """The canary's latest time against the fastest seen, refreshed at most every ``interval_s``.
 
@@ -63,6 +114,9 @@ class HostSpeed:
     ----------
     best_us : float, optional
         The fastest canary this profile folder has recorded (:func:`best_canary_us`).
+    best_sharing_us : float, optional
+        The fastest sharing canary it has recorded (``best_canary_us(records, "sharing_canary_us")``;
+        :meth:`for_records` reads both).
     interval_s : float
         Seconds between two canary timings (each takes about 10 ms). The default, 0, times it before
         every record: on the Zen 3 the canary flips between 1x and 2x in stretches of one to a few
@@ -70,33 +124,53 @@ class HostSpeed:
     """
 
     def __init__(self, best_us: float | None = None, interval_s: float = 0.0,
-                 slow_phase_patience_s: float = SLOW_PHASE_PATIENCE_S):
+                 slow_phase_patience_s: float = SLOW_PHASE_PATIENCE_S, best_sharing_us: float | None = None):
         self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
+        self.best_sharing_us = float(best_sharing_us) if best_sharing_us and np.isfinite(best_sharing_us) else None
         self.interval_s = interval_s
         self.slow_phase_patience_s = slow_phase_patience_s
         self.in_slow_phase = False  # the latest calm_samples call gave up without enough calm samples
         self._time_us = None
+        self._sharing_time_us = None
         self._last = -np.inf
         self.current = 1.0
         self.canary_us = None  # the latest timing
+        self.sharing_us = None  # the sharing canary's latest timing
+        self.apart = False  # the sharing canary read over APART times its fastest
         self.timed: list[float] = []  # every slowdown read in this job
+        self.apart_count = 0  # readings of this job with the cores apart
+
+    @classmethod
+    def for_records(cls, records, **options) -> HostSpeed:
+        """A canary against the fastest readings of both canaries a profile's records (a DataFrame) carry."""
+        return cls(best_canary_us(records), best_sharing_us=best_canary_us(records, "sharing_canary_us"), **options)
 
     def slowdown(self) -> float:
-        """``canary now / fastest canary seen`` (1.0 = as fast as this machine has run)."""
+        """``canary now / fastest canary seen`` (1.0 = as fast as this machine has run), or the sharing canary's
+        ratio while it reads the cores apart (:data:`APART`)."""
         if time.monotonic() - self._last >= self.interval_s:
             if self._time_us is None:
                 self._time_us = _canary_runner()
+            if self._sharing_time_us is None:
+                self._sharing_time_us = _sharing_canary_runner()
             self.canary_us = self._time_us()
+            self.sharing_us = self._sharing_time_us()
             self._last = time.monotonic()
             self.best_us = self.canary_us if self.best_us is None else min(self.best_us, self.canary_us)
-            self.current = self.canary_us / self.best_us
+            self.best_sharing_us = (self.sharing_us if self.best_sharing_us is None
+                                    else min(self.best_sharing_us, self.sharing_us))
+            sharing = self.sharing_us / self.best_sharing_us
+            self.apart = sharing > APART
+            self.current = max(self.canary_us / self.best_us, sharing) if self.apart else self.canary_us / self.best_us
             self.timed.append(self.current)
+            self.apart_count += self.apart
         return self.current
 
     def fields(self) -> dict:
-        """``host_slowdown`` and ``canary_us`` for a record timed now (timing the canary if it is due)."""
+        """``host_slowdown``, ``canary_us`` and ``sharing_canary_us`` for a record timed now (timing the canaries
+        if they are due)."""
         slowdown = self.slowdown()
-        return dict(host_slowdown=slowdown, canary_us=self.canary_us)
+        return dict(host_slowdown=slowdown, canary_us=self.canary_us, sharing_canary_us=self.sharing_us)
 
     def calm_samples(self, sample_us, wanted: int, patience_s: float = 3.0) -> dict:
         """Samples of ``sample_us()`` (one timing of a few ms, in us), each right after a canary, kept from
@@ -117,19 +191,22 @@ class HostSpeed:
         """
         if self.in_slow_phase:
             patience_s = min(patience_s, self.slow_phase_patience_s)
-        pairs, start = [], time.monotonic()
+        readings, apart, start = [], [], time.monotonic()  # (slowdown, canary_us, sample) per sample
         while True:
-            self.slowdown()
-            pairs.append((self.canary_us, float(sample_us())))
-            calm = sum(c <= self.best_us * CALM for c, _ in pairs)
-            if calm >= wanted or (len(pairs) >= wanted and time.monotonic() - start >= patience_s):
+            slowdown = self.slowdown()
+            readings.append((slowdown, self.canary_us, float(sample_us())))
+            apart.append(self.apart)
+            # against the fastest canary as it stands now (this call's readings may have lowered it)
+            calm = sum(c <= self.best_us * CALM and not a for (_, c, _), a in zip(readings, apart))
+            if calm >= wanted or (len(readings) >= wanted and time.monotonic() - start >= patience_s):
                 break
         self.in_slow_phase = calm < wanted
-        calmest = min(c for c, _ in pairs)
-        kept_index = [i for i, (c, _) in enumerate(pairs) if c <= calmest * CALM]
-        canary = float(np.median([pairs[i][0] for i in kept_index]))
-        return dict(kept_us=[pairs[i][1] for i in kept_index], all_us=[v for _, v in pairs], kept_index=kept_index,
-                    canary_us=canary, host_slowdown=canary / self.best_us)
+        calmest = min(s for s, _, _ in readings)
+        kept_index = [i for i, (s, _, _) in enumerate(readings) if s <= calmest * CALM]
+        canary = float(np.median([readings[i][1] for i in kept_index]))
+        slowdown = float(np.median([readings[i][0] for i in kept_index]))
+        return dict(kept_us=[readings[i][2] for i in kept_index], all_us=[v for _, _, v in readings],
+                    kept_index=kept_index, canary_us=canary, host_slowdown=slowdown)
 
     def report(self, always: bool = True) -> str:
         """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran
@@ -137,17 +214,20 @@ class HostSpeed:
         slow = sum(s > SLOW for s in self.timed)
         if not self.timed or not (slow or always):
             return ""
+        apart = (f"; {self.apart_count} with the cores apart (the sharing canary over {APART:.0f}x its fastest, "
+                 f"{self.best_sharing_us:.0f} us)" if self.apart_count else "")
         return (f"host speed: canary slowdown median {np.median(self.timed):.2f}, max {max(self.timed):.2f} "
                 f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
-                f"{self.best_us:.0f} us)"
+                f"{self.best_us:.0f} us{apart})"
                 + ("; rounds more than 10% slower than a kernel's fastest round are left out: "
                    "add rounds with a higher --rounds, or only where no two rounds agree with --max-rounds"
                    if slow else ""))
 
 
-def best_canary_us(records) -> float | None:
-    """The fastest canary the records of a profile (a DataFrame) carry, None without any."""
-    if records is None or records.empty or "canary_us" not in records:
+def best_canary_us(records, column: str = "canary_us") -> float | None:
+    """The fastest canary (``column``: ``canary_us``, or ``sharing_canary_us`` for the sharing canary) the records
+    of a profile (a DataFrame) carry, None without any."""
+    if records is None or records.empty or column not in records:
         return None
-    canary = records["canary_us"].astype(float)
+    canary = pd.to_numeric(records[column], errors="coerce")
     return float(canary.min()) if canary.notna().any() else None

@@ -37,7 +37,7 @@ from ..targets import TargetSet
 from .cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
-from .host_speed import HostSpeed, best_canary_us
+from .host_speed import HostSpeed
 from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
 from .store import SUCCESS, ProfileStore
@@ -677,7 +677,7 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
     todo = [(kind, units) for kind, units in units_by_kind.items() if kind in kinds and units]
     out = {}
     with store.lock(log=lambda message: None):
-        speed = HostSpeed(best_canary_us(store.records())) if any(kind == "llvm" for kind, _ in todo) else None
+        speed = HostSpeed.for_records(store.records()) if any(kind == "llvm" for kind, _ in todo) else None
         for kind, units in tqdm(todo, desc="kernels in context", unit="target", disable=not progress):
             placement = model_placement(model, graph, targets, kinds[kind])
             ceiling = in_context_ceiling_us((kernel_us or {}).get(kind))
@@ -796,7 +796,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
-            speed = HostSpeed(best_canary_us(store.records())) if timing_cpu else None
+            speed = HostSpeed.for_records(store.records()) if timing_cpu else None
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
                                               speed=speed, continued=continued)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
