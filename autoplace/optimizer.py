@@ -568,10 +568,11 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         if missing or copies:
             measure_kernels(model, graph, missing, targets, store, copies=copies, redo=("unit",) if redo else (),
                             progress=progress, log=lambda message: None, rounds=MEASURE_ROUNDS,
-                            max_rounds=MEASURE_MAX_ROUNDS)
+                            max_rounds=MEASURE_MAX_ROUNDS, canary_records=own.records)
         if context:
             measure_in_context(model, graph, context, targets, store, rounds=MEASURE_ROUNDS,
-                               kernel_us=_own_kernel_us(context, own, store), progress=progress)
+                               kernel_us=_own_kernel_us(context, own, store), progress=progress,
+                               canary_records=own.records)
     except ProfilingError as err:
         warnings.warn(f"measure='auto' could not measure here, so the cost model prices the kernels the "
                       f"profiles lack: {err}", stacklevel=3)

@@ -18,11 +18,14 @@ def short_in_context_patience():
     """optimize(measure="auto") waits out a slow phase of the host for 10 s a model when it times kernels in context
     (:data:`autoplace.profile.job.CONTEXT_PATIENCE_S`); the tests check what it builds, not how well it waits, and
     make some 60 such calls: 2 s each here."""
-    from autoplace.profile import job
+    from autoplace.profile import host_speed, job
 
     patience_s, job.CONTEXT_PATIENCE_S = job.CONTEXT_PATIENCE_S, 2.0
+    # and a job waits for a slow host to calm down for 90 s in all (host_speed.CALM_WAIT_S): 1 s here
+    wait_s, host_speed.CALM_WAIT_S = host_speed.CALM_WAIT_S, 1.0
     yield
     job.CONTEXT_PATIENCE_S = patience_s
+    host_speed.CALM_WAIT_S = wait_s
 
 
 @pytest.fixture(scope="session")

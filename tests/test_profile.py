@@ -1133,6 +1133,28 @@ def test_samples_timed_while_the_cores_ran_apart_are_left_out_though_the_matmul_
     assert _sharing_canary_runner(nbytes=1 << 16)() > 0
 
 
+
+def test_a_job_waits_for_a_slow_host_to_calm_down_within_its_budget(monkeypatch):
+    """Rounds of a small model's kernels take seconds, a slow phase minutes: before timing again what only slow
+    readings have, a job waits for the canaries to read calm, CALM_WAIT_S in all, and says how long it waited."""
+    import itertools
+
+    from autoplace.profile import host_speed
+    from autoplace.profile.host_speed import HostSpeed
+
+    monkeypatch.setattr(host_speed, "CALM_WAIT_S", 0.5)
+    readings = itertools.chain([46.0, 46.0, 46.0], itertools.repeat(10.0))  # the cores apart for three readings
+    speed = HostSpeed(100.0, best_sharing_us=10.0)
+    speed._time_us, speed._sharing_time_us = (lambda: 100.0), (lambda: next(readings))
+    waited = speed.wait_calm(poll_s=0.01)
+    assert 0.015 <= waited < 0.4 and speed.slowdown() == 1.0 and not speed.apart
+    assert speed.wait_calm() == pytest.approx(0.0, abs=0.01)  # calm now: no wait
+    speed._sharing_time_us = lambda: 46.0  # apart for good: the budget ends the wait ...
+    assert speed.wait_calm(poll_s=0.01) <= 0.5 and speed.waited_s == pytest.approx(0.5, abs=0.05)
+    assert speed.wait_calm(poll_s=0.01) == pytest.approx(0.0, abs=0.01)  # ... for the whole job
+    assert "with the cores apart" in speed.report() and speed.apart
+
+
 def test_kernels_timed_on_another_thread_count_are_measured_again():
     from autoplace.backend.cpu_threads import runtime_threads
     from autoplace.cost_model import CostTable

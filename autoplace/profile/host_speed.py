@@ -42,6 +42,11 @@ CALM = 1.05
 #: job's rounds, minutes apart, do. Waiting the full ``patience_s`` on every call of a slow phase had made the
 #: Xeon's stride grid (149 single-kernel models, 3 rounds) take 19 minutes (the Zen 3's: 3.5).
 SLOW_PHASE_PATIENCE_S = 0.3
+#: Seconds a job (one :class:`HostSpeed`) waits in all for the host to calm down before timing again what only
+#: slow readings have (:meth:`HostSpeed.wait_calm`): the Zen 5's slow phases last 10 s to 2 minutes, longer than
+#: the rounds of a small model's kernels, which then all read slow (resnet-base's 21 kernels, 6 rounds in 37 s,
+#: priced 1.38x their calm times by ``measure="always"``, session 49).
+CALM_WAIT_S = 90.0
 #: The sharing canary reads the cores apart when over this times its fastest (Zen 5: 1.04-1.29x in the fast
 #: phase, 4.5-5.1x in the slow one).
 APART = 2.0
@@ -139,11 +144,19 @@ class HostSpeed:
         self.apart = False  # the sharing canary read over APART times its fastest
         self.timed: list[float] = []  # every slowdown read in this job
         self.apart_count = 0  # readings of this job with the cores apart
+        self.waited_s = 0.0  # seconds wait_calm waited in this job
 
     @classmethod
-    def for_records(cls, records, **options) -> HostSpeed:
-        """A canary against the fastest readings of both canaries a profile's records (a DataFrame) carry."""
-        return cls(best_canary_us(records), best_sharing_us=best_canary_us(records, "sharing_canary_us"), **options)
+    def for_records(cls, *records, **options) -> HostSpeed:
+        """A canary against the fastest readings of both canaries some records of this machine (DataFrames, or
+        None) carry: a job's own folder, and for ``measure="auto"`` (whose folder starts empty) this machine's
+        profile too. Without any, the job's first reading is the fastest so far: a job that starts in a slow phase
+        it cannot tell from its own readings until the host speeds up."""
+        def best(column):
+            values = [b for b in (best_canary_us(r, column) for r in records) if b is not None]
+            return min(values) if values else None
+
+        return cls(best("canary_us"), best_sharing_us=best("sharing_canary_us"), **options)
 
     def slowdown(self) -> float:
         """``canary now / fastest canary seen`` (1.0 = as fast as this machine has run), or the sharing canary's
@@ -165,6 +178,20 @@ class HostSpeed:
             self.timed.append(self.current)
             self.apart_count += self.apart
         return self.current
+
+    def wait_calm(self, max_s: float | None = None, poll_s: float = 0.5) -> float:
+        """Wait, reading the canaries every ``poll_s`` seconds, until the host reads calm (slowdown at most
+        :data:`SLOW`), for at most ``max_s`` seconds and what is left of :data:`CALM_WAIT_S` for this job; the
+        seconds waited (0 when it reads calm now)."""
+        budget = max(0.0, CALM_WAIT_S - self.waited_s)
+        budget = budget if max_s is None else min(budget, max_s)
+        start = time.monotonic()
+        while self.slowdown() > SLOW and time.monotonic() - start < budget:
+            time.sleep(min(poll_s, max(0.0, budget - (time.monotonic() - start))))
+            self._last = -np.inf  # read again now, whatever interval_s says
+        waited = time.monotonic() - start
+        self.waited_s += waited
+        return waited
 
     def fields(self) -> dict:
         """``host_slowdown``, ``canary_us`` and ``sharing_canary_us`` for a record timed now (timing the canaries
@@ -216,9 +243,10 @@ class HostSpeed:
             return ""
         apart = (f"; {self.apart_count} with the cores apart (the sharing canary over {APART:.0f}x its fastest, "
                  f"{self.best_sharing_us:.0f} us)" if self.apart_count else "")
+        waited = f"; waited {self.waited_s:.0f} s for it to calm down" if self.waited_s >= 1 else ""
         return (f"host speed: canary slowdown median {np.median(self.timed):.2f}, max {max(self.timed):.2f} "
                 f"({slow} of {len(self.timed)} checks over {SLOW:.2f}x the fastest this folder has seen, "
-                f"{self.best_us:.0f} us{apart})"
+                f"{self.best_us:.0f} us{apart}{waited})"
                 + ("; rounds more than 10% slower than a kernel's fastest round are left out: "
                    "add rounds with a higher --rounds, or only where no two rounds agree with --max-rounds"
                    if slow else ""))

@@ -583,7 +583,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
 
 def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, copies: bool = False,
                     redo: Iterable[str] = (), timer: KernelTimer | None = None, progress: bool = True,
-                    log=print, rounds: int = 1, max_rounds: int | None = None) -> dict:
+                    log=print, rounds: int = 1, max_rounds: int | None = None, canary_records=None) -> dict:
     """Measure the given kernels of one model (already extracted) on the targets this machine can run.
 
     What :func:`autoplace.optimize` calls with ``measure="auto"`` for kernels its profiles lack: the
@@ -630,7 +630,7 @@ def measure_kernels(model, graph, units_by_kind: dict, targets, store: ProfileSt
     summary = _profile_extracted([(model, graph, by_kind)], targets, kinds, runnable, store, copies=copies,
                                  end_to_end=False, redo=set(redo), copy_sizes=DEFAULT_COPY_SIZES, timer=timer,
                                  progress=progress, log=log, lock_timeout_s=None, rounds=rounds,
-                                 report_speed=False, max_rounds=max_rounds)
+                                 report_speed=False, max_rounds=max_rounds, canary_records=canary_records)
     return dict(summary, seconds=time.perf_counter() - started)
 
 
@@ -642,7 +642,7 @@ CONTEXT_PATIENCE_S = 10.0
 
 def measure_in_context(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, rounds: int = 1,
                        kernel_us: dict | None = None, patience_s: float | None = None,
-                       progress: bool = True) -> dict:
+                       progress: bool = True, canary_records=None) -> dict:
     """Time the kernels of one model inside its runs (:mod:`.in_context`), built on each target kind of
     ``units_by_kind`` this machine can run; a ``context`` record per kind (no end-to-end latency) goes to
     ``store``. What :func:`autoplace.optimize` calls with ``measure="auto"`` for a model the profiles have no
@@ -677,7 +677,8 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
     todo = [(kind, units) for kind, units in units_by_kind.items() if kind in kinds and units]
     out = {}
     with store.lock(log=lambda message: None):
-        speed = HostSpeed.for_records(store.records()) if any(kind == "llvm" for kind, _ in todo) else None
+        speed = (HostSpeed.for_records(store.records(), canary_records) if any(kind == "llvm" for kind, _ in todo)
+                 else None)
         for kind, units in tqdm(todo, desc="kernels in context", unit="target", disable=not progress):
             placement = model_placement(model, graph, targets, kinds[kind])
             ceiling = in_context_ceiling_us((kernel_us or {}).get(kind))
@@ -713,8 +714,11 @@ def _in_context_rounds(placement, inputs, units, speed, rounds: int, ceiling: fl
     while "in_context_us" in timing and (
             taken < rounds or ((_above(timing, ceiling) or not _calm_among_fastest(timing, slowdowns))
                                and time.perf_counter() < deadline)):
-        if taken >= rounds:
-            time.sleep(1.0)  # waiting out a slow phase
+        if taken >= rounds:  # waiting out a slow phase (with the canary: until it reads calm, CALM_WAIT_S a job)
+            waited = speed.wait_calm() if speed is not None else 0.0
+            if waited < 1.0:
+                time.sleep(1.0 - waited)
+            deadline += waited
         more = in_context_fields(placement, inputs, units, speed=speed)
         if "in_context_us" not in more:
             break
@@ -747,7 +751,7 @@ def extract_models(models: Iterable, targets, kinds: dict) -> list:
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
                        timer, progress, log, lock_timeout_s, rounds: int = 1, report_speed: bool = True,
-                       max_rounds: int | None = None) -> dict:
+                       max_rounds: int | None = None, canary_records=None) -> dict:
     """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
     own_timer = timer is None
     max_rounds = max(rounds, max_rounds or rounds)
@@ -796,7 +800,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
-            speed = HostSpeed.for_records(store.records()) if timing_cpu else None
+            speed = HostSpeed.for_records(store.records(), canary_records) if timing_cpu else None
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
                                               speed=speed, continued=continued)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
@@ -1004,6 +1008,8 @@ def _more_rounds(extracted, targets, kinds, store: ProfileStore, timer: KernelTi
     for round_ in range(2, max_rounds + 1):
         behind = [item for item in units if due(item[0], round_)]
         label = f"round {round_}/{rounds}" if round_ <= rounds else f"round {round_}/{max_rounds} (unconfirmed)"
+        if round_ > rounds and speed is not None and (behind or any(due(item[0], round_) for item in models)):
+            speed.wait_calm()  # a slow phase can outlast the rounds (host_speed.CALM_WAIT_S)
         for tag, unit, target in tqdm(behind, desc=f"kernels, {label}", unit="kernel", disable=not progress):
             now = speed_now(tag)
             result = timer.measure(unit, target, keep=True)
