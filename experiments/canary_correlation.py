@@ -34,16 +34,6 @@ SLOW = 1.15
 CANARIES = ("matmul", "stream", "l3", "sharing")
 
 
-def l3_bytes() -> int:
-    """The L3 of cpu0 (Linux sysfs ``index3``), 32 MiB when it does not say."""
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="ascii") as f:
-            text = f.read().strip().upper()
-        return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-    except (OSError, ValueError, IndexError):
-        return 32 << 20
-
-
 def stream_canary(shape=STREAM_SHAPE, number=2):
     """``time_us()`` of ``x + y`` over two ``shape`` float32 tensors, built as autoplace builds."""
     import tvm
@@ -76,8 +66,10 @@ def collect(specs, seconds: float) -> pd.DataFrame:
     import autoplace
     from autoplace import zoo
     from autoplace.profile.host_speed import _canary_runner, _sharing_canary_runner
+    from autoplace.profile.remote_runner import cache_size_bytes
 
-    l3_shape = (l3_bytes() // 8 // 4 // 1024, 1024)  # two inputs and the output: 3/8 of the L3
+    l3_bytes = cache_size_bytes(3) or 32 << 20
+    l3_shape = (l3_bytes // 8 // 4 // 1024, 1024)  # two inputs and the output: 3/8 of the L3
     canaries = dict(matmul=_canary_runner(), stream=stream_canary(), l3=stream_canary(l3_shape, number=10),
                     sharing=_sharing_canary_runner())
     models = []

@@ -213,13 +213,18 @@ def l2_bytes(cores=None):
     """
     if cores is None:
         cores = len(CPUS_AT_START) if CPUS_AT_START else (os.cpu_count() or 1)
+    return (cache_size_bytes(2) or DEFAULT_L2_PER_CORE_BYTES) * max(1, int(cores))
+
+
+def cache_size_bytes(index):
+    """The size of cpu0's cache ``index`` (Linux sysfs ``cache/index<N>/size``: 2 is the L2, 3 the L3); None when
+    it cannot be read."""
     try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size", encoding="ascii") as f:
+        with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size", encoding="ascii") as f:
             text = f.read().strip().upper()
-        per_core = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+        return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
     except (OSError, ValueError, IndexError):
-        per_core = DEFAULT_L2_PER_CORE_BYTES
-    return per_core * max(1, int(cores))
+        return None
 
 
 def activation_inputs(num_args, num_outputs, weight_args):
