@@ -8,9 +8,11 @@ is kept for comparison. Then every built plan is timed in ``--rounds`` rounds ov
 times each model once, then round 2, ...: a model's rounds are a minute or more apart, as the profiler's
 ``--rounds`` times kernels), and the measured latency is the median of the rounds' medians, over the
 rounds within 10% of the fastest round, as the profiler merges a kernel's rounds
-(:func:`autoplace.profile.job.fastest_rounds`). Within a round every sample follows the host-speed canary
-(:mod:`autoplace.profile.host_speed`, against the fastest canary of this machine's committed profile) and
-only the samples timed while the host ran calm count (waiting up to 3 s for 5 calm ones). Reported: the
+(:func:`autoplace.profile.job.fastest_rounds`), among the rounds read calm where there are any. Within a round
+every sample follows the host-speed canaries (:mod:`autoplace.profile.host_speed`, against the fastest readings
+of this machine's committed profile) and only the samples timed while the host ran calm count (waiting up to 3 s
+for 5 calm ones); before each plan's timing the canaries are read until calm, up to ``--wait-s`` seconds (the
+2-vCPU Zen 5's cores ran apart for 7 minutes in session 49, over every round). Reported: the
 predicted latency, that measured latency and the min/max of every sample, their ratio, how many kernels were
 priced by measurement, how long measuring and planning took, how many kernels took more rounds than
 ``optimizer.MEASURE_ROUNDS`` (their rounds read only in a slow phase of the host, or disagreeing) and how many
@@ -24,7 +26,7 @@ against it). ``--measure always`` measures every kernel again now, as ``"auto"``
 before: what a user's first call does.
 
     python experiments/measure_auto.py [--models mlp-base bert-base llama-base ...] [--rounds 10] [--gap-s 20]
-                                       [--measure always] [--tag _always]
+                                       [--wait-s 120] [--measure always] [--tag _always]
 """
 
 from __future__ import annotations
@@ -92,10 +94,13 @@ def _rounds_taken(model_name: str) -> dict:
                 kernel_canary_median=float(np.median(slowdowns)) if slowdowns else float("nan"))
 
 
-def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0) -> dict:
+def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0, wait_s: float = 0.0) -> dict:
     """``{spec: ([median of each round's calm samples], [each round's min and max sample],
-    [canary slowdown of each round])}``: every plan timed once per round, round after round; within a round each sample follows a canary and only the
-    samples timed while the host ran calm count (:func:`autoplace.profile.job.time_end_to_end`)."""
+    [canary slowdown of each round])}``: every plan timed once per round, round after round; within a round each
+    sample follows a canary and only the samples timed while the host ran calm count
+    (:func:`autoplace.profile.job.time_end_to_end`). Before each plan's timing, the canaries are read until calm,
+    for up to ``wait_s`` seconds (and what is left of ``speed``'s budget): a slow phase of the host (the Zen 5's
+    cores apart, session 49) can outlast the rounds."""
     from autoplace.profile.job import time_end_to_end
 
     medians = {spec: [] for spec in built}
@@ -105,6 +110,11 @@ def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0) -> dict:
         if round_ and gap_s > 0:
             time.sleep(gap_s)  # spread the rounds over minutes: the host's slow spells last seconds to minutes
         for spec, (placement, inputs) in built.items():
+            if wait_s > 0:
+                waited = speed.wait_calm(max_s=wait_s)
+                if waited >= 1.0:
+                    print(f"  round {round_ + 1}, {spec}: waited {waited:.0f} s for the host to calm down "
+                          f"({speed.waited_s:.0f} s in all)", flush=True)
             timing = time_end_to_end(placement.runner, inputs, "llvm", repeat=5, speed=speed)
             if timing["status"] != "ok":
                 raise RuntimeError(f"{spec}: {timing['error']}")
@@ -120,6 +130,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=10, help="timing rounds over all the built plans")
     parser.add_argument("--gap-s", type=float, default=20.0,
                         help="seconds to wait between two rounds (the host has minute-long slow phases)")
+    parser.add_argument("--wait-s", type=float, default=120.0,
+                        help="seconds to wait for the host to calm down before timing a plan (at most 20 times this "
+                             "over the whole run); 0: time it at whatever speed the host runs")
     parser.add_argument("--tag", default="", help="suffix of the result files (measure_auto<tag>.csv)")
     parser.add_argument("--measure", choices=("auto", "always"), default="auto",
                         help="'always': measure every kernel now, as for a model never profiled")
@@ -146,11 +159,17 @@ def main(argv=None):
     from autoplace.cost_model.evaluate import model_runs
 
     profiled = model_runs(committed, "llvm") if not committed.empty else pd.DataFrame()
-    speed = HostSpeed.for_records(committed if not committed.empty else None, interval_s=0.0)
-    timings = time_rounds(built, args.rounds, speed, args.gap_s)
+    from autoplace.profile.host_speed import SLOW
+
+    speed = HostSpeed.for_records(committed if not committed.empty else None, interval_s=0.0,
+                                  wait_budget_s=20 * args.wait_s)
+    timings = time_rounds(built, args.rounds, speed, args.gap_s, args.wait_s)
     for row in rows:
         medians, samples, slowdowns = timings[row["model"]]
-        calm = fastest_rounds(medians)
+        # The rounds read calm (the canaries within host_speed.SLOW of their fastest): the kernels were priced at
+        # that speed. A plan timed only in slow rounds keeps them all (the column slow_rounds says so).
+        calm_rounds = [m for m, s in zip(medians, slowdowns) if s is None or s <= SLOW] or medians
+        calm = fastest_rounds(calm_rounds)
         row.update(measured_median_us=float(np.median(calm)), measured_min_us=min(samples),
                    measured_max_us=max(samples), round_medians_us=medians, round_slowdowns=slowdowns,
                    fastest_rounds=len(calm), all_rounds_median_us=float(np.median(medians)))
@@ -170,8 +189,7 @@ def main(argv=None):
     print(f"within 5%: {within} of {len(table)}; worst |error| {table['error'].abs().max():.1%}")
     # A plan timed only while the host ran slow (the canaries over host_speed.SLOW in every round: on the Zen 5 its
     # cores apart for a 7-minute stretch, session 49) is measured at the slow speed its kernels were not priced at.
-    from autoplace.profile.host_speed import SLOW
-
+    print(speed.report())
     table["slow_rounds"] = [sum(v is not None and v > SLOW for v in r) for r in table["round_slowdowns"]]
     all_slow = table[table["slow_rounds"] == table["round_slowdowns"].map(len)]
     if not all_slow.empty:

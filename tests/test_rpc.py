@@ -236,7 +236,8 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
     # Only the host-speed canary differs (it times this machine, not the servers a farm job times on) and the
     # in-context timing of models' kernels (not over RPC yet).
     local_only = {"host_slowdown", "canary_us", "sharing_canary_us", "calm_samples", "in_context_us", "in_context_kernel_us",
-                  "in_context_hook_us", "in_context_runs", "in_context_timing", "in_context_host_slowdown"}
+                  "in_context_hook_us", "in_context_runs", "in_context_timing", "in_context_host_slowdown",
+                  "in_context_apart"}
     # The local job's model (seed003) has no weights: the weights-cold fields of kernels with weights are checked below.
     with_weights_only = {"weights_cold_median_us", "weights_cold_min_us", "weights_cold_timing"}
     expected = {kind: names - local_only for kind, names in fields(mine).items()}

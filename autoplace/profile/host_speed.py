@@ -126,10 +126,14 @@ class HostSpeed:
         Seconds between two canary timings (each takes about 10 ms). The default, 0, times it before
         every record: on the Zen 3 the canary flips between 1x and 2x in stretches of one to a few
         seconds (one of the two vCPUs taken by the host), so an older reading says little.
+    wait_budget_s : float, optional
+        Seconds :meth:`wait_calm` may wait in all over this canary's life; default :data:`CALM_WAIT_S` (a
+        profile job's). An experiment timing built plans for half an hour can afford minutes.
     """
 
     def __init__(self, best_us: float | None = None, interval_s: float = 0.0,
-                 slow_phase_patience_s: float = SLOW_PHASE_PATIENCE_S, best_sharing_us: float | None = None):
+                 slow_phase_patience_s: float = SLOW_PHASE_PATIENCE_S, best_sharing_us: float | None = None,
+                 wait_budget_s: float | None = None):
         self.best_us = float(best_us) if best_us and np.isfinite(best_us) else None
         self.best_sharing_us = float(best_sharing_us) if best_sharing_us and np.isfinite(best_sharing_us) else None
         self.interval_s = interval_s
@@ -145,6 +149,7 @@ class HostSpeed:
         self.timed: list[float] = []  # every slowdown read in this job
         self.apart_count = 0  # readings of this job with the cores apart
         self.waited_s = 0.0  # seconds wait_calm waited in this job
+        self.wait_budget_s = wait_budget_s
 
     @classmethod
     def for_records(cls, *records, **options) -> HostSpeed:
@@ -181,9 +186,9 @@ class HostSpeed:
 
     def wait_calm(self, max_s: float | None = None, poll_s: float = 0.5) -> float:
         """Wait, reading the canaries every ``poll_s`` seconds, until the host reads calm (slowdown at most
-        :data:`SLOW`), for at most ``max_s`` seconds and what is left of :data:`CALM_WAIT_S` for this job; the
-        seconds waited (0 when it reads calm now)."""
-        budget = max(0.0, CALM_WAIT_S - self.waited_s)
+        :data:`SLOW`), for at most ``max_s`` seconds and what is left of ``wait_budget_s`` (:data:`CALM_WAIT_S`
+        for a job); the seconds waited (0 when it reads calm now)."""
+        budget = max(0.0, (CALM_WAIT_S if self.wait_budget_s is None else self.wait_budget_s) - self.waited_s)
         budget = budget if max_s is None else min(budget, max_s)
         start = time.monotonic()
         while self.slowdown() > SLOW and time.monotonic() - start < budget:
@@ -213,27 +218,26 @@ class HostSpeed:
         -------
         dict
             ``kept_us`` (the samples kept), ``all_us`` (every sample), ``kept_index`` (where the kept ones are in
-            ``all_us``), ``host_slowdown`` (the median slowdown
-            of the samples kept) and ``canary_us`` (their median canary).
+            ``all_us``), ``host_slowdown`` (the median slowdown of the samples kept), ``canary_us`` (their median
+            canary) and ``apart`` (every sample kept followed a sharing canary that read the cores apart).
         """
         if self.in_slow_phase:
             patience_s = min(patience_s, self.slow_phase_patience_s)
-        readings, apart, start = [], [], time.monotonic()  # (slowdown, canary_us, sample) per sample
+        readings, start = [], time.monotonic()  # (slowdown, canary_us, apart, sample) per sample
         while True:
             slowdown = self.slowdown()
-            readings.append((slowdown, self.canary_us, float(sample_us())))
-            apart.append(self.apart)
+            readings.append((slowdown, self.canary_us, self.apart, float(sample_us())))
             # against the fastest canary as it stands now (this call's readings may have lowered it)
-            calm = sum(c <= self.best_us * CALM and not a for (_, c, _), a in zip(readings, apart))
+            calm = sum(c <= self.best_us * CALM and not a for _, c, a, _ in readings)
             if calm >= wanted or (len(readings) >= wanted and time.monotonic() - start >= patience_s):
                 break
         self.in_slow_phase = calm < wanted
-        calmest = min(s for s, _, _ in readings)
-        kept_index = [i for i, (s, _, _) in enumerate(readings) if s <= calmest * CALM]
-        canary = float(np.median([readings[i][1] for i in kept_index]))
-        slowdown = float(np.median([readings[i][0] for i in kept_index]))
-        return dict(kept_us=[readings[i][2] for i in kept_index], all_us=[v for _, _, v in readings],
-                    kept_index=kept_index, canary_us=canary, host_slowdown=slowdown)
+        calmest = min(s for s, _, _, _ in readings)
+        kept = [i for i, (s, _, _, _) in enumerate(readings) if s <= calmest * CALM]
+        return dict(kept_us=[readings[i][3] for i in kept], all_us=[r[3] for r in readings], kept_index=kept,
+                    canary_us=float(np.median([readings[i][1] for i in kept])),
+                    host_slowdown=float(np.median([readings[i][0] for i in kept])),
+                    apart=all(readings[i][2] for i in kept))
 
     def report(self, always: bool = True) -> str:
         """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran

@@ -146,7 +146,8 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         ``in_context_us`` (per unit: the median over the runs kept of its kernel and of the VM's calls since
         the kernel before - allocating its output, a view - each less the hook's cost), ``in_context_kernel_us``
         (the kernels alone), ``in_context_hook_us`` (the hook's cost over one run), ``in_context_runs``,
-        ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown``; or ``in_context_error`` (why not)
+        ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown`` and ``in_context_apart`` (the samples
+        kept were all read with the cores apart, :meth:`HostSpeed.calm_samples`); or ``in_context_error`` (why not)
         when the calls do not match the units.
     """
     # the runtime's VirtualMachine (relax.VirtualMachine is it): a bundle's runner has the runtime alone
@@ -205,7 +206,7 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
     else:
         calm = speed.calm_samples(one_sample, samples, patience_s)
         kept = [run for i in calm["kept_index"] for run in per_sample[i]]
-        extra = dict(in_context_host_slowdown=calm["host_slowdown"])
+        extra = dict(in_context_host_slowdown=calm["host_slowdown"], in_context_apart=calm["apart"])
     names = [name for name, _ in kept[0]]
     try:
         if any([name for name, _ in run] != names for run in kept):
