@@ -460,6 +460,8 @@ def cmd_compare(args) -> int:
     if "hardware_id" in table.attrs:
         print(f"measured on {table.attrs['hardware_id']} over RPC ({rpc.tracker} key {rpc.key})")
     print(table_text(table))
+    if table.attrs.get("host_speed"):
+        print(table.attrs["host_speed"])
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"{table.attrs.get('model', name)}.compare.csv")

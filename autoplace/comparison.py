@@ -3,7 +3,14 @@
 Plans: autoplace's optimum, everything on each target (``all:<target>``), greedy (each kernel on
 its fastest target, copies ignored) and any manual placements given. All are built and loaded in
 this process and timed in interleaved rounds (round 1 times every plan, then round 2, ...), so
-machine noise hits them alike; the table reports median, min and max over all samples.
+machine noise hits them alike; the table reports the median over the rounds the host ran calm in, and min and
+max over all samples.
+
+The host's speed (:mod:`autoplace.profile.host_speed`: a matmul canary and the sharing canary, against the
+fastest readings of this machine's profile) is read before every plan's round, and each round starts once it
+reads calm (waiting up to ``calm_wait_s`` in all): on the 2-vCPU AMD Zen 5 whole models ran 1.3-1.6x slow for
+minutes at a time with the cores apart (session 49), so a comparison timed then measured every plan at a speed
+its prediction is not for. A plan's rounds read slow are left out of its median where it has calm ones.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ def _unit_assignment(result: OptimizeResult, op_assignment: dict) -> dict:
 
 def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
             result: OptimizeResult | None = None, rounds: int = 5, repeat: int = 3, check: bool = True,
-            rpc=None, memory_greedy: bool | None = None, **optimize_kwargs) -> pd.DataFrame:
+            rpc=None, memory_greedy: bool | None = None, calm_wait_s: float | None = None,
+            **optimize_kwargs) -> pd.DataFrame:
     """Measure autoplace's plan against the baselines and manual placements, in one process.
 
     Parameters
@@ -53,6 +61,9 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
         Reuse an optimize result instead of solving again.
     rounds, repeat : int
         Timing: ``rounds`` interleaved rounds of ``repeat`` samples per plan.
+    calm_wait_s : float, optional
+        Seconds to wait in all, over the rounds, for the host's speed canaries to read calm before a round
+        (default :data:`autoplace.profile.host_speed.CALM_WAIT_S`, 90; 0: time at whatever speed the host runs).
     check : bool
         Check that every plan computes the same outputs as the first (rtol 1e-4).
     rpc : RPCConfig, str, dict or pair, optional
@@ -69,9 +80,11 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     Returns
     -------
     pandas.DataFrame
-        One row per plan: ``predicted_us``, ``measured_median_us``, ``measured_min_us``,
-        ``measured_max_us``, ``error`` (predicted/measured - 1), ``copies``, ``copy_MB``, ops per target,
-        ``same_placement_as`` (the first plan above with every op on the same target, else None).
+        One row per plan: ``predicted_us``, ``measured_median_us`` (over the samples of the rounds read calm, all
+        rounds where none was), ``measured_min_us``, ``measured_max_us`` (over every sample), ``error``
+        (predicted/measured - 1), ``calm_rounds`` (rounds the canaries read calm before; None over RPC),
+        ``copies``, ``copy_MB``, ops per target, ``same_placement_as`` (the first plan above with every op on the
+        same target, else None). ``attrs["host_speed"]`` is the canaries' report ("" when the host ran calm).
 
     Raises
     ------
@@ -127,11 +140,37 @@ def compare(mod, params=None, targets=None, *, manual: Mapping[str, Mapping] | N
     first = next(iter(runners.values()))
     one = float(np.median(first.time_us(inputs, repeat=3)))
     number = max(1, int(20_000 / max(one, 1.0)))
+    speed = _host_speed(result, calm_wait_s)
     samples = {name: [] for name in runners}
     for _ in range(rounds):
+        speed.wait_calm()
         for name, runner in runners.items():
-            samples[name].extend(runner.time_us(inputs, number=number, repeat=repeat))
-    return _table(plans, samples, model)
+            slowdown = speed.slowdown()
+            samples[name].append((slowdown, list(runner.time_us(inputs, number=number, repeat=repeat))))
+    table = _table(plans, {name: _calm_rounds(taken) for name, taken in samples.items()}, model)
+    table.attrs["host_speed"] = speed.report(always=False, advice=False)
+    return table
+
+
+def _host_speed(result: OptimizeResult, calm_wait_s: float | None):
+    """The host's speed canaries against the fastest readings this machine's records in ``result``'s costs carry
+    (its profile, the measurements of ``measure="auto"``), waiting up to ``calm_wait_s`` in all."""
+    from .optimizer import measured_on_this_machine
+    from .profile.host_speed import CALM_WAIT_S, HostSpeed
+
+    costs = getattr(result, "costs", None)
+    records = measured_on_this_machine(costs).records if costs is not None else None
+    return HostSpeed.for_records(records, wait_budget_s=CALM_WAIT_S if calm_wait_s is None else calm_wait_s)
+
+
+def _calm_rounds(rounds: list) -> tuple[list, list, int]:
+    """``(samples of the rounds read calm, or of every round when none was; every sample; calm rounds)`` of one
+    plan's ``[(canary slowdown before the round, [samples])]``."""
+    from .profile.host_speed import SLOW
+
+    calm = [taken for slowdown, taken in rounds if slowdown <= SLOW]
+    every = [v for _, taken in rounds for v in taken]
+    return ([v for taken in calm for v in taken] or every), every, len(calm)
 
 
 def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | None = None, baselines=True,
@@ -181,7 +220,9 @@ def candidate_plans(result: OptimizeResult, *, manual: Mapping[str, Mapping] | N
 
 def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) -> pd.DataFrame:
     """One row per plan: predicted and measured latency, copies, ops per target, and ``same_placement_as``: the
-    first plan above it that puts every op where it does (the same build: their gap in the table is noise)."""
+    first plan above it that puts every op where it does (the same build: their gap in the table is noise).
+    ``samples``: ``{plan: [us]}``, or ``{plan: (samples of its calm rounds, every sample, calm rounds)}``
+    (:func:`_calm_rounds`)."""
     rows = []
     seen = {}
     for name, (predicted, placement, status) in plans.items():
@@ -189,10 +230,12 @@ def _table(plans: dict, samples: dict, model, hardware_id: str | None = None) ->
         if placement is not None:
             first = seen.setdefault(tuple(sorted(placement.assignment.items())), name)
             same = first if first != name else None
-            s = np.asarray(samples[name])
-            row.update(measured_median_us=float(np.median(s)), measured_min_us=float(s.min()),
+            kept, s, calm = samples[name] if isinstance(samples[name], tuple) else (samples[name], samples[name], None)
+            kept, s = np.asarray(kept), np.asarray(s)
+            row.update(measured_median_us=float(np.median(kept)), measured_min_us=float(s.min()),
                        measured_max_us=float(s.max()),
-                       error=(predicted / float(np.median(s)) - 1.0) if predicted is not None else None,
+                       error=(predicted / float(np.median(kept)) - 1.0) if predicted is not None else None,
+                       calm_rounds=calm,
                        copies=len(placement.copies), copy_MB=sum(c["nbytes"] for c in placement.copies) / 1e6)
             for t, n in placement.ops_per_target().items():
                 row[f"ops_{t}"] = n

@@ -118,6 +118,8 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     print(f"\n3. Building and timing every plan side by side ({rounds} interleaved rounds; the same numbers are checked)...")
     table = compare(m, None, targets, result=result, manual=manual, rounds=rounds)
     print(table_text(table))
+    if table.attrs.get("host_speed"):  # rounds read slow are left out of the medians where calm ones exist
+        print("  " + table.attrs["host_speed"])
     paths = result.save(out_dir)
     if gpu_folders:
         gpu_targets = {"cpu": "llvm", "gpu": "cuda"}

@@ -572,7 +572,7 @@ def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, r
         if context:
             measure_in_context(model, graph, context, targets, store, rounds=MEASURE_ROUNDS,
                                kernel_us=_own_kernel_us(context, own, store), progress=progress,
-                               canary_records=own.records)
+                               canary_records=own.records, fresh=redo)
     except ProfilingError as err:
         warnings.warn(f"measure='auto' could not measure here, so the cost model prices the kernels the "
                       f"profiles lack: {err}", stacklevel=3)

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -183,6 +184,37 @@ def test_compare_table_has_every_plan_and_checks_numbers(zoo_models):
     cpu0 = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=1, repeat=1,
                              pins={"relax.add": "cpu0", "relax.subtract": "cpu0"})
     assert cpu0.loc["all:cpu0", "same_placement_as"] == "autoplace"  # pinned to cpu0, the optimum is all:cpu0
+
+
+def test_compare_keeps_the_rounds_the_host_ran_calm_in(zoo_models, monkeypatch):
+    """compare() reads the host's speed canaries before every plan's round: a plan's median is over the rounds read
+    calm where there are any (the Zen 5's cores ran apart for minutes, every model 1.3-1.6x slow, session 49), all of
+    them otherwise, and the table says how many rounds were calm and, in ``attrs``, how slow the host ran."""
+    from autoplace.comparison import _calm_rounds
+    from autoplace.profile.host_speed import SLOW, HostSpeed
+
+    rounds = [(1.0, [10.0, 11.0]), (4.5, [30.0, 31.0]), (1.1, [12.0, 12.5])]
+    kept, every, calm = _calm_rounds(rounds)
+    assert kept == [10.0, 11.0, 12.0, 12.5] and len(every) == 6 and calm == 2 and 1.1 <= SLOW < 4.5
+    assert _calm_rounds([(4.5, [30.0]), (2.0, [20.0])]) == ([30.0, 20.0], [30.0, 20.0], 0)  # none calm: all
+
+    def reading(value):
+        def slowdown(self):
+            self.canary_us, self.best_us, self.current = 100.0 * value, 100.0, value
+            self.timed.append(value)
+            return value
+        return slowdown
+
+    monkeypatch.setattr(HostSpeed, "slowdown", reading(1.0))
+    calm_host = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=2, repeat=1, baselines=False)
+    assert (calm_host["calm_rounds"] == 2).all() and calm_host.attrs["host_speed"] == ""
+    monkeypatch.setattr(HostSpeed, "slowdown", reading(2.0))
+    started = time.perf_counter()
+    slow_host = autoplace.compare(zoo_models["seed003"], None, TWO, rounds=2, repeat=1, baselines=False,
+                                  calm_wait_s=0.3)
+    assert time.perf_counter() - started >= 0.3  # it waited for calm, within its budget
+    assert (slow_host["calm_rounds"] == 0).all() and (slow_host["measured_median_us"] > 0).all()
+    assert "over 1.15x the fastest" in slow_host.attrs["host_speed"] and "--rounds" not in slow_host.attrs["host_speed"]
 
 
 def test_compare_adds_memory_greedy_for_a_capped_device(zoo_models):

@@ -891,6 +891,27 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert list(timed.latencies(big[::-1], "llvm")["latency_us"]) == [30.0, 2.0, 2.0, 15.0]
     assert list(timed.latencies(big, "llvm", in_context=False)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
     assert timed.in_context_tried(big, "llvm") and not timed.in_context_tried(big[::-1], "llvm")
+    # Several records of one model's kernels (a profile's, then measure="auto"'s in the user's folder) are rounds of
+    # one timing: the rounds within 10% of the fastest sum count, so a newer record timed in a slow phase (the
+    # Zen 5's demo, session 50: 2436 us against the profile's 2001) no longer overrides a calm one ...
+    def context(times, rounds=None, **extra):
+        return dict(kind="context", key="ctx", target="llvm", status="ok", unit_keys=["a", "b", "b", "a2"],
+                    in_context_us=times, in_context_timing=IN_CONTEXT_TIMING,
+                    **({"round_in_context_us": rounds} if rounds else {}), **extra)
+
+    calm = [[12, 3, 2.5, 31], [13, 3, 2.5, 31]]
+    slow = context([16, 4, 3, 41], [[16, 4, 3, 41]] * 3, measured_at="2026-11-29T20:48:49+00:00")
+    pooled = CostTable(pd.DataFrame(records + [context([12.5, 3, 2.5, 31], calm, measured_at="t0"), slow]),
+                       model=Warm())
+    assert pooled.in_context_times(big, "llvm") == [12.5, 3, 2.5, 31]  # the two calm rounds, not the three slow
+    # ... a round counts once (a record read twice, a job's record repeating the rounds of the one before) ...
+    first, second = context([10, 3, 2.5, 31], measured_at="t0"), context([11, 3, 2.5, 31], measured_at="t1")
+    twice = CostTable(pd.DataFrame(records + [first, second, first, first]), model=Warm())
+    assert twice.in_context_times(big, "llvm") == [10.5, 3, 2.5, 31]
+    # ... and measure="always" (in_context_fresh) drops the rounds before it: the user asked for the times of now.
+    fresh = CostTable(pd.DataFrame(records + [context([12.5, 3, 2.5, 31], calm, measured_at="t0"),
+                                              dict(slow, in_context_fresh=True, measured_at="t1")]), model=Warm())
+    assert fresh.in_context_times(big, "llvm") == [16, 4, 3, 41]
     # A model whose build could not be matched to its kernels is priced as before, and not timed again.
     failed = CostTable(pd.DataFrame(records + [dict(kind="context", key="c", target="llvm", status="error",
                                                     unit_keys=["a", "b", "b", "a2"], in_context_error="no match",

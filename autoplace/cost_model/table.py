@@ -198,6 +198,12 @@ def weights_cold_times(units: pd.DataFrame) -> dict:
     return dict(zip(timed["key"].astype(str), timed["weights_cold_median_us"].astype(float)))
 
 
+def _times_of(times, n: int) -> bool:
+    """Whether ``times`` is a list of ``n`` finite, non-negative in-context times."""
+    return isinstance(times, list) and len(times) == n and all(
+        t is not None and np.isfinite(t) and t >= 0 for t in times)
+
+
 def _context_tag(units, target_kind: str) -> tuple:
     """``(kind, unit keys in launch order)``: how in-context times are looked up (:attr:`CostTable.in_context_`)."""
     if isinstance(units, pd.DataFrame):
@@ -507,20 +513,44 @@ class CostTable:
 
     def _read_in_context(self, df: pd.DataFrame) -> None:
         """:attr:`in_context_` from the ``model`` and ``context`` records that carry ``in_context_us`` timed the
-        current way (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`; older ones are timed again)."""
+        current way (:data:`~autoplace.profile.in_context.IN_CONTEXT_TIMING`; older ones are timed again).
+
+        The records of one model's kernels (a profile's, and ``measure="auto"``'s in the user's folder) are rounds
+        of one timing: per kernel, the median over the rounds of every record whose sums are within 10% of the
+        fastest sum (:func:`autoplace.profile.job.fastest_rounds`, as a profile job merges a record's rounds). A
+        record timed in a slow phase of the host no longer overrides a calm one for being newer: on the Zen 5 the
+        demo priced cnn-base by the user folder's in-context times of the day before, 2436 us (three rounds of
+        2431-2445, the cores likely apart before the sharing canary existed), the profile's were 2001 us, and the
+        plan ran 2024 (session 50). A record of ``measure="always"`` (``in_context_fresh``) drops the rounds
+        before it: the user asked for the times of now."""
         from ..profile.in_context import IN_CONTEXT_TIMING
+        from ..profile.job import fastest_rounds
 
         if "in_context_timing" not in df:
             return
-        read = [c for c in ("target", "unit_keys", "in_context_us", "in_context_timing") if c in df]
+        read = [c for c in ("target", "unit_keys", "in_context_us", "in_context_timing", "round_in_context_us",
+                            "in_context_fresh") if c in df]
+        rounds = {}  # {tag: {round as a tuple: None}}: a round counts once (a job's record repeats the rounds of
+        # the records before it; the optimizer reads the store of its new records twice)
         for rec in df.loc[df["kind"].isin(["model", "context"]), read].to_dict("records"):
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
             if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list) or not keys:
                 continue
             tag = (str(rec["target"]), tuple(str(k) for k in keys))
             self.in_context_tried_.add(tag)
-            if isinstance(times, list) and len(times) == len(keys) and all(np.isfinite(t) and t >= 0 for t in times):
-                self.in_context_[tag] = [float(t) for t in times]
+            if not _times_of(times, len(keys)):
+                continue
+            earlier = rec.get("round_in_context_us")
+            own = [r for r in (earlier if isinstance(earlier, list) else []) if _times_of(r, len(keys))] or [times]
+            if rec.get("in_context_fresh") is True:
+                rounds[tag] = {}
+            rounds.setdefault(tag, {}).update((tuple(float(t) for t in r), None) for r in own)
+        for tag, taken in rounds.items():
+            taken = [list(r) for r in taken]
+            sums = [sum(r) for r in taken]
+            kept = fastest_rounds(sums)
+            self.in_context_[tag] = [float(v) for v in
+                                     np.median(np.array([r for r, total in zip(taken, sums) if total in kept]), axis=0)]
 
     def in_context_times(self, units, target_kind: str) -> list | None:
         """The in-context times of a model's kernels (all of them, in launch order) on a target kind, None when

@@ -239,9 +239,9 @@ class HostSpeed:
                     host_slowdown=float(np.median([readings[i][0] for i in kept])),
                     apart=all(readings[i][2] for i in kept))
 
-    def report(self, always: bool = True) -> str:
+    def report(self, always: bool = True, advice: bool = True) -> str:
         """One line for the job's log: how much of it ran slow ("" when nothing was timed, or nothing ran
-        slow and not ``always``)."""
+        slow and not ``always``), and with ``advice`` what a profile job can do about it."""
         slow = sum(s > SLOW for s in self.timed)
         if not self.timed or not (slow or always):
             return ""
@@ -253,7 +253,7 @@ class HostSpeed:
                 f"{self.best_us:.0f} us{apart}{waited})"
                 + ("; rounds more than 10% slower than a kernel's fastest round are left out: "
                    "add rounds with a higher --rounds, or only where no two rounds agree with --max-rounds"
-                   if slow else ""))
+                   if slow and advice else ""))
 
 
 def best_canary_us(records, column: str = "canary_us") -> float | None:

@@ -642,7 +642,7 @@ CONTEXT_PATIENCE_S = 10.0
 
 def measure_in_context(model, graph, units_by_kind: dict, targets, store: ProfileStore, *, rounds: int = 1,
                        kernel_us: dict | None = None, patience_s: float | None = None,
-                       progress: bool = True, canary_records=None) -> dict:
+                       progress: bool = True, canary_records=None, fresh: bool = False) -> dict:
     """Time the kernels of one model inside its runs (:mod:`.in_context`), built on each target kind of
     ``units_by_kind`` this machine can run; a ``context`` record per kind (no end-to-end latency) goes to
     ``store``. What :func:`autoplace.optimize` calls with ``measure="auto"`` for a model the profiles have no
@@ -657,7 +657,9 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
     every round among the fastest was read with the canary slow (:func:`_calm_among_fastest`, the rule of
     :func:`confirmed`); after ``patience_s`` the record keeps what the rounds read, unless every round among the
     fastest was read with the host's cores apart (:func:`_apart_among_fastest`): then, as above the ceiling, the
-    kind gets no record.
+    kind gets no record. ``fresh`` (``measure="always"``) marks the records ``in_context_fresh``: their rounds
+    replace the earlier records' of the same kernels (:meth:`CostTable._read_in_context
+    <autoplace.cost_model.CostTable._read_in_context>` merges them otherwise).
 
     Raises
     ------
@@ -703,6 +705,8 @@ def measure_in_context(model, graph, units_by_kind: dict, targets, store: Profil
                         f"not see, so they are priced by their own times; the next call times them again",
                         stacklevel=3)
                     continue
+            if fresh:
+                timing["in_context_fresh"] = True
             out[kind] = _append(store, in_context_record(model.name, units, kind, timing))
     return out
 
