@@ -123,7 +123,9 @@ def run_demo(model: str = "cnn-base", out_dir: str = "out", rounds: int = 5) -> 
     paths = result.save(out_dir)
     if gpu_folders:
         gpu_targets = {"cpu": "llvm", "gpu": "cuda"}
-        planned = optimize(m, None, gpu_targets, profile_dir=gpu_folders[0] if len(gpu_folders) == 1 else None)
+        # priced by that machine's profile alone: measure="auto" would time this machine's CPU for its CPU side
+        planned = optimize(m, None, gpu_targets, profile_dir=gpu_folders[0] if len(gpu_folders) == 1 else None,
+                           measure="never")
         print(f"\n4. Planned for the profiled CPU+GPU machine ({os.path.basename(gpu_folders[0])}), from its "
               f"committed profile; not run here (no GPU on this machine):\n{planned}")
         print(planned.summary().to_string(float_format=lambda v: f"{v:.1f}"))
