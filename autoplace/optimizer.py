@@ -326,7 +326,9 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
         Default: the profiles covering the targets' kinds plus the cost model saved beside them
         (:func:`load_costs`).
     profile_dir : str, optional
-        Price from exactly this profile folder.
+        Price from exactly this profile folder. A folder another machine measured (its ``metadata.json`` names
+        another hardware id) plans for that machine: ``measure="auto"`` then measures nothing here (this
+        machine's timings would price that machine's kernels), and ``"always"`` is refused.
     method : str
         Solver method (``"auto"``: min-cut for 2 targets, ILP otherwise; or a baseline).
     time_limit_s : float
@@ -379,6 +381,8 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     kernels = units_by_kind(model, graph, targets)
     if costs is None:
         costs = load_costs(targets, profile_dir)
+        if measure != "never" and _another_machines_folder(profile_dir, measure):
+            measure = "never"
         if measure != "never":
             costs = measure_missing(model, graph, kernels, targets, costs, redo=measure == "always",
                                     progress=progress)
@@ -499,6 +503,27 @@ MEASURE_MAX_ROUNDS = 6
 
 #: What ``optimize(measure=...)`` accepts.
 MEASURE_MODES = ("auto", "never", "always")
+
+
+def _another_machines_folder(profile_dir: str | None, measure: str) -> bool:
+    """Whether ``profile_dir`` is a profile folder another machine measured (its metadata names another hardware
+    id): a plan for that machine, which nothing measured here may price. ``measure="always"`` asks for the
+    impossible there: an :class:`AutoplaceError` says so."""
+    from .profile import ProfileStore
+    from .profile.hardware import measured_by
+
+    if profile_dir is None:
+        return False
+    theirs = (ProfileStore(profile_dir).stored_metadata() or {}).get("hardware_id")
+    here = measured_by()["hardware_id"]
+    if theirs is None or theirs == here:
+        return False
+    if measure == "always":
+        raise AutoplaceError(
+            f"measure='always' with profile_dir={profile_dir!r}: that folder is the profile of {theirs}, and this "
+            f"machine is {here}, so nothing timed here describes it. Use measure='never' to plan for {theirs} from "
+            f"its profile, or profile_dir=None to plan for this machine")
+    return True
 
 
 def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, redo: bool = False,

@@ -553,6 +553,25 @@ def test_another_machines_profile_prices_only_what_is_not_measured_here(tmp_path
         assert find_profiles({"llvm"}, root=str(root)) == [str(root / here), str(cache / here)]
 
 
+def test_a_plan_from_another_machines_folder_measures_nothing_here(tmp_path, monkeypatch, zoo_models):
+    """``profile_dir`` naming another machine's folder plans for that machine: ``measure="auto"`` times nothing here
+    (the demo's plan for the GPU box timed this machine's CPU in context on every run, session 50), and
+    ``"always"`` is refused, saying why and what to do."""
+    import shutil
+
+    from autoplace.errors import AutoplaceError
+    from autoplace.profile import default_profiles_root, measured_here_dir
+
+    monkeypatch.setenv("AUTOPLACE_CACHE", str(tmp_path / "cache"))
+    theirs = tmp_path / "amd-epyc-2c"  # no machine computes this id any more (README): always another machine's
+    shutil.copytree(os.path.join(default_profiles_root(), "amd-epyc-2c"), theirs)
+    model = zoo_models["seed003"]
+    result = autoplace.optimize(model, None, {"cpu": "llvm"}, profile_dir=str(theirs), progress=False)
+    assert result.predicted_us > 0 and _lines(os.path.join(measured_here_dir(), "records.jsonl")) == 0
+    with pytest.raises(AutoplaceError, match=r"profile of amd-epyc-2c.*measure='never'"):
+        autoplace.optimize(model, None, {"cpu": "llvm"}, profile_dir=str(theirs), measure="always")
+
+
 def _lines(path):
     if not os.path.exists(path):
         return 0
