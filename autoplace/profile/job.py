@@ -181,10 +181,15 @@ def _a_calm_round_among_fastest(medians: list, slowdowns) -> bool:
 
     if not isinstance(slowdowns, list):
         return True
+    return any(s is None or float(s) <= SLOW for s in _readings_of_fastest(medians, slowdowns))
+
+
+def _readings_of_fastest(medians: list, readings: list) -> list:
+    """The readings (one per round, matched from the newest round backwards; None for a round without one) of the
+    rounds within 10% of the fastest of ``medians`` (:func:`fastest_rounds`)."""
     fastest = min(medians)
-    readings = [None] * max(0, len(medians) - len(slowdowns)) + list(slowdowns[-len(medians):])
-    return any(s is None or float(s) <= SLOW
-               for m, s in zip(medians, readings) if m <= fastest * (1.0 + FASTEST_ROUNDS_WITHIN))
+    matched = [None] * max(0, len(medians) - len(readings)) + list(readings[-len(medians):])
+    return [r for m, r in zip(medians, matched) if m <= fastest * (1.0 + FASTEST_ROUNDS_WITHIN)]
 
 
 def confirmed(record: dict) -> bool:
@@ -750,10 +755,7 @@ def _apart_among_fastest(timing: dict, aparts: list) -> bool:
     rounds read cnn-base and t5-encoder-base 17-22% over their calm times, and the slow phase outlasted the
     rounds and the wait for calm (:data:`~autoplace.profile.host_speed.CALM_WAIT_S`)."""
     rounds = timing.get("round_in_context_us") or [timing["in_context_us"]]
-    sums = [float(sum(r)) for r in rounds][-len(aparts):]
-    flags = aparts[-len(sums):]
-    fastest = min(sums)
-    return all(a for total, a in zip(sums, flags) if total <= fastest * (1.0 + FASTEST_ROUNDS_WITHIN))
+    return all(bool(a) for a in _readings_of_fastest([float(sum(r)) for r in rounds], list(aparts)))
 
 
 def _calm_among_fastest(timing: dict, slowdowns: list) -> bool:
