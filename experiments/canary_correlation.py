@@ -12,7 +12,14 @@ It did not: the L3 and streaming canaries ran *faster* in the slow phase. The *s
 (``host_speed._sharing_canary_runner``: each thread reads what another core wrote) read 4.5x slower there and
 flags it (``host_speed.APART``).
 
-    python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240] [--tag _s49]
+Session 51 asked whether a build speeds up as it ages (``--fresh-every-s``: each model built anew every so many
+seconds and timed right after the first build): on the Zen 5 a fresh build ran as fast as one 20 minutes old
+(median ratio 0.995-1.003 over 10233 pairs of each model), while the calm samples of both drifted 4-9% faster over
+those 20 minutes (bert-base 2464 -> 2300 us, vit-base 1403 -> 1313, cnn-base 2086 -> 2001) with the matmul canary
+37 -> 35 us: the host's speed drifts, slowly and by more than a model's own spread within a minute.
+
+    python experiments/canary_correlation.py [--models bert-base resnet-base] [--seconds 240] [--fresh-every-s 300]
+                                             [--tag _s49]
 
 Writes ``experiments/results/<hardware id>/canary_correlation<tag>.csv`` (every sample) and prints per model the
 Spearman correlation of its sample times with each canary, and how many of its slow samples (over 1.15x its
@@ -62,9 +69,23 @@ def stream_canary(shape=STREAM_SHAPE, number=2):
     return time_us
 
 
-def collect(specs, seconds: float) -> pd.DataFrame:
+def _build(spec):
+    """``(runner, inputs, number)``: ``spec`` built all-CPU, and how many runs make a ~20 ms sample."""
     import autoplace
     from autoplace import zoo
+
+    model = zoo.parse(spec)
+    runner = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+    inputs = model.random_inputs()
+    number = max(1, int(20_000 / max(1.0, float(np.median(runner.time_us(inputs, repeat=3))))))
+    return runner, inputs, number
+
+
+def collect(specs, seconds: float, fresh_every_s: float = 0.0) -> pd.DataFrame:
+    """Samples of each model in ``specs`` (one ~20 ms sample each in turn, each after one reading of every
+    canary) for ``seconds``. With ``fresh_every_s``, each model is also built anew every so many seconds and a
+    sample of that build (model ``<spec> (fresh)``) follows each sample of the first: the two read side by side
+    tell whether a build speeds up or slows down as it ages (``build_age_s``) or the host does."""
     from autoplace.profile.host_speed import _canary_runner, _sharing_canary_runner
     from autoplace.profile.remote_runner import cache_size_bytes
 
@@ -72,19 +93,24 @@ def collect(specs, seconds: float) -> pd.DataFrame:
     l3_shape = (l3_bytes // 8 // 4 // 1024, 1024)  # two inputs and the output: 3/8 of the L3
     canaries = dict(matmul=_canary_runner(), stream=stream_canary(), l3=stream_canary(l3_shape, number=10),
                     sharing=_sharing_canary_runner())
-    models = []
-    for spec in specs:
-        model = zoo.parse(spec)
-        runner = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
-        inputs = model.random_inputs()
-        number = max(1, int(20_000 / max(1.0, float(np.median(runner.time_us(inputs, repeat=3))))))
-        models.append((spec, runner, inputs, number))
-    rows, start = [], time.monotonic()
+    start = time.monotonic()
+    models = [(spec, time.monotonic() - start, *_build(spec)) for spec in specs]
+    fresh = {}
+    rows = []
     while time.monotonic() - start < seconds:
-        for spec, runner, inputs, number in models:
+        for spec, built_s, runner, inputs, number in models:
+            if fresh_every_s and (spec not in fresh or time.monotonic() - start - fresh[spec][0] >= fresh_every_s):
+                fresh[spec] = (time.monotonic() - start, *_build(spec))
             row = {f"{name}_canary_us": time_us() for name, time_us in canaries.items()}
             model_us = float(runner.time_us(inputs, number=number, repeat=1)[0])
-            rows.append(dict(t_s=time.monotonic() - start, model=spec, **row, model_us=model_us))
+            t_s = time.monotonic() - start
+            rows.append(dict(t_s=t_s, model=spec, build_age_s=t_s - built_s, **row, model_us=model_us))
+            if spec in fresh:
+                fresh_s, fresh_runner, fresh_inputs, _ = fresh[spec]
+                fresh_us = float(fresh_runner.time_us(fresh_inputs, number=number, repeat=1)[0])
+                t_s = time.monotonic() - start
+                rows.append(dict(t_s=t_s, model=f"{spec} (fresh)", build_age_s=t_s - fresh_s, **row,
+                                 model_us=fresh_us))
     return pd.DataFrame(rows)
 
 
@@ -137,6 +163,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=["bert-base", "resnet-base"])
     parser.add_argument("--seconds", type=float, default=240)
+    parser.add_argument("--fresh-every-s", type=float, default=0.0,
+                        help="also build each model anew every so many seconds and time it beside the first build")
     parser.add_argument("--replay", action="store_true", help="analyse the samples of the last run again")
     parser.add_argument("--tag", default="", help="suffix of the CSV's name")
     args = parser.parse_args(argv)
@@ -145,7 +173,7 @@ def main(argv=None):
     if args.replay:
         table = pd.read_csv(path)
     else:
-        table = collect(args.models, args.seconds)
+        table = collect(args.models, args.seconds, args.fresh_every_s)
         table.to_csv(path, index=False)
     for name in CANARIES:
         if f"{name}_canary_us" in table:
