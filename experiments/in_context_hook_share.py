@@ -25,8 +25,9 @@ from autoplace import zoo
 
 
 def one(spec: str, speed) -> dict:
+    from measure_auto import time_plan
+
     from autoplace.profile import ProfileStore, measured_here_dir
-    from autoplace.profile.job import time_end_to_end
 
     model = zoo.parse(spec)
     with tempfile.TemporaryDirectory() as cache:
@@ -36,8 +37,7 @@ def one(spec: str, speed) -> dict:
         context = records[records["kind"] == "context"].iloc[-1].to_dict() if not records.empty else {}
         inputs = model.random_inputs(seed=0)
         result.placement.run(*inputs)
-        speed.wait_calm(max_s=60)
-        plan = time_end_to_end(result.placement.runner, inputs, "llvm", repeat=5, speed=speed)
+        plan, _ = time_plan(result.placement, inputs, speed, wait_s=60)
     os.environ.pop("AUTOPLACE_CACHE", None)
     rounds = context.get("round_in_context_us")
     return dict(model=spec, predicted_us=float(result.predicted_us), plan_us=plan["median_us"],

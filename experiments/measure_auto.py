@@ -87,16 +87,24 @@ def plan(spec: str, measure: str = "auto", speed=None, wait_s: float = 0.0) -> t
     return row, placement, inputs
 
 
-def _time_right_after(placement, inputs, speed, wait_s: float) -> dict:
-    """One round of a plan's timing (:func:`time_rounds`'s) right after it was planned: within a minute of its
-    kernels' timing in context, the host's slow drift over tens of minutes (session 51: calm samples of bert-base
-    6-9% faster 20 minutes on, a fresh build as fast as the old) has not moved it yet."""
+def time_plan(placement, inputs, speed, wait_s: float = 0.0) -> tuple[dict, float]:
+    """One round of a plan's timing: the canaries read until calm for up to ``wait_s`` seconds (and what is left
+    of ``speed``'s budget), then samples each after a canary, the calm ones kept
+    (:func:`autoplace.profile.job.time_end_to_end`); its timing and the seconds waited."""
     from autoplace.profile.job import time_end_to_end
 
     waited = speed.wait_calm(max_s=wait_s) if wait_s > 0 else 0.0
     timing = time_end_to_end(placement.runner, inputs, "llvm", repeat=5, speed=speed)
     if timing["status"] != "ok":
         raise RuntimeError(timing["error"])
+    return timing, waited
+
+
+def _time_right_after(placement, inputs, speed, wait_s: float) -> dict:
+    """One round of a plan's timing (:func:`time_plan`) right after it was planned: within a minute of its
+    kernels' timing in context, the host's slow drift over tens of minutes (session 51: calm samples of bert-base
+    6-9% faster 20 minutes on, a fresh build as fast as the old) has not moved it yet."""
+    timing, waited = time_plan(placement, inputs, speed, wait_s)
     return dict(right_after_us=timing["median_us"], right_after_slowdown=timing["host_slowdown"],
                 right_after_waited_s=waited)
 
@@ -127,8 +135,6 @@ def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0, wait_s: flo
     (:func:`autoplace.profile.job.time_end_to_end`). Before each plan's timing, the canaries are read until calm,
     for up to ``wait_s`` seconds (and what is left of ``speed``'s budget): a slow phase of the host (the Zen 5's
     cores apart, session 49) can outlast the rounds."""
-    from autoplace.profile.job import time_end_to_end
-
     medians = {spec: [] for spec in built}
     samples = {spec: [] for spec in built}
     slowdowns = {spec: [] for spec in built}
@@ -136,14 +142,10 @@ def time_rounds(built: dict, rounds: int, speed, gap_s: float = 0.0, wait_s: flo
         if round_ and gap_s > 0:
             time.sleep(gap_s)  # spread the rounds over minutes: the host's slow spells last seconds to minutes
         for spec, (placement, inputs) in built.items():
-            if wait_s > 0:
-                waited = speed.wait_calm(max_s=wait_s)
-                if waited >= 1.0:
-                    print(f"  round {round_ + 1}, {spec}: waited {waited:.0f} s for the host to calm down "
-                          f"({speed.waited_s:.0f} s in all)", flush=True)
-            timing = time_end_to_end(placement.runner, inputs, "llvm", repeat=5, speed=speed)
-            if timing["status"] != "ok":
-                raise RuntimeError(f"{spec}: {timing['error']}")
+            timing, waited = time_plan(placement, inputs, speed, wait_s)
+            if waited >= 1.0:
+                print(f"  round {round_ + 1}, {spec}: waited {waited:.0f} s for the host to calm down "
+                      f"({speed.waited_s:.0f} s in all)", flush=True)
             medians[spec].append(timing["median_us"])
             samples[spec].extend([timing["min_us"], timing["max_us"]])
             slowdowns[spec].append(timing["host_slowdown"])
