@@ -113,7 +113,8 @@ def _rounds_taken(model_name: str) -> dict:
     """How many rounds ``measure="auto"`` took (in the measurement folder ``$AUTOPLACE_CACHE`` points to now):
     the kernels timed in more than ``MEASURE_ROUNDS`` rounds because those did not confirm them (a slow phase of
     the host, rounds that disagree), the most rounds a kernel took, the rounds of the model in context, and the
-    canary's median reading over the kernels' rounds."""
+    canary's median reading over the kernels' rounds, and the model's time without the instrument hook read in
+    those rounds (``context_wall_us``: what its in-context times are scaled to, less the VM's overhead)."""
     from autoplace.optimizer import MEASURE_ROUNDS
     from autoplace.profile import ProfileStore, measured_here_dir
 
@@ -125,6 +126,8 @@ def _rounds_taken(model_name: str) -> dict:
     return dict(kernels_more_rounds=sum(int(r.get("rounds", 1)) > MEASURE_ROUNDS for r in units),
                 kernel_rounds_max=max((int(r.get("rounds", 1)) for r in units), default=0),
                 context_rounds=int(context["in_context_rounds"].iloc[-1]) if len(context) else 0,
+                context_wall_us=(float(context["in_context_wall_us"].iloc[-1])
+                                 if len(context) and "in_context_wall_us" in context else float("nan")),
                 kernel_canary_median=float(np.median(slowdowns)) if slowdowns else float("nan"))
 
 

@@ -829,6 +829,55 @@ def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     assert CostTable(_overhead_records(30)).overhead_fit_in_context_ == {}  # no in-context times: no such fit
 
 
+def test_in_context_times_are_priced_as_shares_of_the_builds_time_without_the_hook():
+    """A ``context`` record that also timed its build without the instrument hook (``in_context_wall_us``) prices
+    its kernels as shares of that time: scaled to add up to it less the VM's overhead besides in-context times, so
+    the model built on that target is priced at the latency it ran at, whatever error the hook's cost estimate
+    left in the kernels' readings. Rounds merge as the times do (the walls of the fastest rounds); a record
+    without the wall keeps its readings as they are."""
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING, context_key
+
+    keys = ["k0", "k1", "k2"]
+    base = _overhead_records(30)  # the in-context fit below: 2 us + 0.05 us a launch
+    models = base["kind"] == "model"
+    warm = dict(zip(base["key"], base["median_us"]))
+    base["in_context_us"] = None
+    base.loc[models, "in_context_us"] = pd.Series([[1.25 * warm[k] for k in ks] for ks in base.loc[models, "unit_keys"]],
+                                                  index=base.index[models])
+    base.loc[models, "median_us"] = [sum(ic) + 2.0 + 0.05 * len(ic) for ic in base.loc[models, "in_context_us"]]
+    base["in_context_timing"] = IN_CONTEXT_TIMING
+
+    def context(times, wall=None, rounds=None, walls=None):
+        rec = dict(kind="context", key=context_key(keys, "llvm"), target="llvm", status="ok", model="new",
+                   unit_keys=keys, in_context_us=times, in_context_timing=IN_CONTEXT_TIMING)
+        if wall is not None:
+            rec["in_context_wall_us"] = wall
+        if rounds is not None:
+            rec.update(round_in_context_us=rounds, round_in_context_wall_us=walls)
+        return rec
+
+    units = [dict(kind="unit", key=k, target="llvm", status="ok") for k in keys]
+    plain = CostTable(pd.concat([base, pd.DataFrame([context([10.0, 20.0, 30.0])])], ignore_index=True))
+    assert plain.latencies(units, "llvm")["latency_us"].tolist() == pytest.approx([10.0, 20.0, 30.0])
+    # read with the hook's cost underestimated: 60 us of readings, the build ran 50.0 without the hook
+    table = CostTable(pd.concat([base, pd.DataFrame([context([10.0, 20.0, 30.0], wall=50.0)])], ignore_index=True))
+    fixed = table.invoke_us("llvm:0", in_context=True) + 3 * table.launch_us("llvm:0", in_context=True)
+    assert fixed == pytest.approx(2.15, rel=0.05)
+    priced = table.latencies(units, "llvm")
+    assert priced["in_context"].all()
+    assert priced["latency_us"].tolist() == pytest.approx([(50.0 - fixed) * s for s in (1 / 6, 2 / 6, 3 / 6)])
+    assert table.end_to_end_us(units, "llvm:0") == pytest.approx(50.0)
+    # rounds: the fastest sums (60 and 63; 90 is a slow phase) and their walls (50 and 54: 52), one without a wall
+    rounds = [[10.0, 20.0, 30.0], [30.0, 30.0, 30.0], [11.0, 21.0, 31.0]]
+    merged = CostTable(pd.concat([base, pd.DataFrame([context(rounds[-1], 54.0, rounds, [50.0, 80.0, 54.0])])],
+                                 ignore_index=True))
+    assert merged.in_context_wall_[("llvm", tuple(keys))] == pytest.approx(52.0)
+    assert merged.end_to_end_us(units, "llvm:0") == pytest.approx(52.0)
+    older = CostTable(pd.concat([base, pd.DataFrame([context(rounds[-1], None, rounds, [None, None, 54.0])])],
+                                ignore_index=True))
+    assert older.end_to_end_us(units, "llvm:0") == pytest.approx(54.0)
+
+
 def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_from_memory(tmp_path):
     """Kernels with weights are also timed with their weights flushed from every cache (``weights_cold_*``). A table
     learns from its models with end-to-end records which weights per call the host's caches keep (here: models of

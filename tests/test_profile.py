@@ -954,6 +954,9 @@ def test_model_records_time_every_kernel_in_context_and_older_ones_are_timed_aga
     assert record["in_context_runs"] >= 1 and record["in_context_hook_us"] > 0
     # each kernel's time includes the VM's calls that serve it (its output's allocation): never less
     assert all(t >= k for t, k in zip(record["in_context_us"], record["in_context_kernel_us"]))
+    # the build also timed without the hook in the same samples: each round's, and about the end-to-end latency
+    assert len(record["round_in_context_wall_us"]) == 2 and all(w > 0 for w in record["round_in_context_wall_us"])
+    assert 0.5 * record["median_us"] < record["in_context_wall_us"] < 2.0 * record["median_us"]
 
 
 def test_a_model_whose_record_launches_other_kernels_than_the_current_build_is_timed_again(tmp_path):

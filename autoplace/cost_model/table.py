@@ -204,6 +204,14 @@ def _times_of(times, n: int) -> bool:
         t is not None and np.isfinite(t) and t >= 0 for t in times)
 
 
+def _a_time(value) -> bool:
+    """Whether ``value`` is a finite, positive time (a record's field may be None, NaN or missing)."""
+    try:
+        return value is not None and bool(np.isfinite(float(value))) and float(value) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 def _context_tag(units, target_kind: str) -> tuple:
     """``(kind, unit keys in launch order)``: how in-context times are looked up (:attr:`CostTable.in_context_`)."""
     if isinstance(units, pd.DataFrame):
@@ -281,6 +289,10 @@ class CostTable:
         #: ``{(kind, unit keys)}`` of every model timed in context the current way, with or without success (a
         #: build whose calls do not match its units): what ``measure="auto"`` need not try again.
         self.in_context_tried_: set = set()
+        #: ``{(kind, unit keys in launch order): us}``: the end-to-end latency of the build whose kernels
+        #: :attr:`in_context_` has, timed without the hook in the same samples (``in_context_wall_us``): the median
+        #: over the rounds kept (:meth:`in_context_times` scales the kernels' times to it).
+        self.in_context_wall_: dict = {}
         self.unsupported_: dict = {}
         self.launch_: dict = {}
         self.invoke_: dict = {}
@@ -529,9 +541,9 @@ class CostTable:
         if "in_context_timing" not in df:
             return
         read = [c for c in ("target", "unit_keys", "in_context_us", "in_context_timing", "round_in_context_us",
-                            "in_context_fresh") if c in df]
-        rounds = {}  # {tag: {round as a tuple: None}}: a round counts once (a job's record repeats the rounds of
-        # the records before it; the optimizer reads the store of its new records twice)
+                            "in_context_fresh", "in_context_wall_us", "round_in_context_wall_us") if c in df]
+        rounds = {}  # {tag: {round as a tuple: its time without the hook or None}}: a round counts once (a job's
+        # record repeats the rounds of the records before it; the optimizer reads the store of its new records twice)
         for rec in df.loc[df["kind"].isin(["model", "context"]), read].to_dict("records"):
             keys, times = rec.get("unit_keys"), rec.get("in_context_us")
             if rec.get("in_context_timing") != IN_CONTEXT_TIMING or not isinstance(keys, list) or not keys:
@@ -540,22 +552,55 @@ class CostTable:
             self.in_context_tried_.add(tag)
             if not _times_of(times, len(keys)):
                 continue
-            earlier = rec.get("round_in_context_us")
-            own = [r for r in (earlier if isinstance(earlier, list) else []) if _times_of(r, len(keys))] or [times]
+            earlier, walls = rec.get("round_in_context_us"), rec.get("round_in_context_wall_us")
+            own = [r for r in (earlier if isinstance(earlier, list) else []) if _times_of(r, len(keys))]
+            if own and isinstance(walls, list) and len(walls) == len(own):
+                own = list(zip(own, walls))
+            else:
+                own = [(r, None) for r in own] or [(times, rec.get("in_context_wall_us"))]
             if rec.get("in_context_fresh") is True:
                 rounds[tag] = {}
-            rounds.setdefault(tag, {}).update((tuple(float(t) for t in r), None) for r in own)
+            taken = rounds.setdefault(tag, {})
+            for r, wall in own:
+                r = tuple(float(t) for t in r)
+                if taken.get(r) is None:
+                    taken[r] = float(wall) if _a_time(wall) else None
         for tag, taken in rounds.items():
+            walls = list(taken.values())
             taken = [list(r) for r in taken]
             sums = [sum(r) for r in taken]
             kept = fastest_rounds(sums)
             self.in_context_[tag] = [float(v) for v in
                                      np.median(np.array([r for r, total in zip(taken, sums) if total in kept]), axis=0)]
+            kept_walls = [w for w, total in zip(walls, sums) if total in kept and w is not None]
+            if kept_walls:
+                self.in_context_wall_[tag] = float(np.median(kept_walls))
 
     def in_context_times(self, units, target_kind: str) -> list | None:
         """The in-context times of a model's kernels (all of them, in launch order) on a target kind, None when
-        no record has them."""
-        return self.in_context_.get(_context_tag(units, target_kind))
+        no record has them.
+
+        Where the records also timed the build without the hook (:attr:`in_context_wall_`), the times are shares of
+        that latency: scaled to add up to it less the VM's overhead besides in-context times (:meth:`invoke_us` and
+        :meth:`launch_us` with ``in_context=True``), so that the model built on that target is priced at the
+        latency it ran at. A reading's hook costs about as much as a small kernel (0.35 us and more on the Xeon,
+        :mod:`autoplace.profile.in_context`), so for a model of many small kernels a 10% error in the hook's cost
+        is 4-9% of the model (swin-base, mobilenetv2-base on the Zen 5, session 51); its time without the hook
+        has no such error."""
+        tag = _context_tag(units, target_kind)
+        times, wall = self.in_context_.get(tag), self.in_context_wall_.get(tag)
+        if times is None or wall is None:
+            return times
+        kind = kind_of_label(target_kind)
+        labels = sorted({label for label in [*self.overhead_fit_in_context_, *self.invoke_]
+                         if kind_of_label(label) == kind})  # as _fixed_us adds them
+        fixed = float(np.mean([self.invoke_us(label, default=0.0, in_context=True)
+                               + len(times) * self.launch_us(label, default=0.0, in_context=True)
+                               for label in labels])) if labels else 0.0
+        total = float(sum(times))
+        if total <= 0 or wall - fixed <= 0:
+            return times
+        return [t * (wall - fixed) / total for t in times]
 
     def in_context_tried(self, units, target_kind: str) -> bool:
         """Whether a model of these kernels was timed in context on a target kind the current way, even if it

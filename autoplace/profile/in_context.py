@@ -146,7 +146,8 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
         ``in_context_us`` (per unit: the median over the runs kept of its kernel and of the VM's calls since
         the kernel before - allocating its output, a view - each less the hook's cost), ``in_context_kernel_us``
         (the kernels alone), ``in_context_hook_us`` (the hook's cost over one run), ``in_context_runs``,
-        ``in_context_timing``, and with ``speed`` ``in_context_host_slowdown`` and ``in_context_apart`` (the samples
+        ``in_context_timing``, ``in_context_wall_us`` (the build's end-to-end latency without the hook, timed in the
+        same samples: the median over the samples kept), and with ``speed`` ``in_context_host_slowdown`` and ``in_context_apart`` (the samples
         kept were all read with the cores apart, :meth:`HostSpeed.calm_samples`); or ``in_context_error`` (why not)
         when the calls do not match the units.
     """
@@ -191,22 +192,33 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
     one_run()
     number = int(min(MAX_RUNS_PER_SAMPLE, max(2, np.ceil(sample_ms * 1e3 / max(one_run(), 1.0)))))
     per_sample: list = []
+    # The same build without the hook, timed as a plan is timed end to end (``runner.time_us``: the VM's
+    # time_evaluator, after a run it leaves out), right after the hook's runs of each sample: the model's latency
+    # in the very phase of the host its kernels were read in (``in_context_wall_us``).
+    plain = vm.time_evaluator("main", syncs[0] if syncs else devices[0], number=max(1, number - 1), repeat=1)
+    plain_us: list = []
 
     def one_sample() -> float:
         recorded.clear()
         walls = [one_run() for _ in range(number)]
         per_sample.append(list(recorded[1:]))
+        vm.set_instrument(None)
+        plain_us.append(float(plain(*args).results[0]) * 1e6)
+        vm.set_instrument(hook)
         return float(np.mean(walls[1:]))
 
     extra = {}
     if speed is None:
         for _ in range(samples):
             one_sample()
-        kept = [run for sample in per_sample for run in sample]
+        kept_samples = list(range(len(per_sample)))
     else:
         calm = speed.calm_samples(one_sample, samples, patience_s)
-        kept = [run for i in calm["kept_index"] for run in per_sample[i]]
+        kept_samples = list(calm["kept_index"])
         extra = dict(in_context_host_slowdown=calm["host_slowdown"], in_context_apart=calm["apart"])
+    vm.set_instrument(None)
+    kept = [run for i in kept_samples for run in per_sample[i]]
+    extra["in_context_wall_us"] = float(np.median([plain_us[i] for i in kept_samples]))
     names = [name for name, _ in kept[0]]
     try:
         if any([name for name, _ in run] != names for run in kept):

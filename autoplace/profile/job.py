@@ -342,7 +342,9 @@ def merge_in_context_rounds(previous: dict, timing: dict) -> dict:
     """The ``in_context_us`` and ``in_context_kernel_us`` of ``previous`` (a ``model`` or ``context`` record) with
     one more round of in-context timing ``timing`` added: per kernel, the median over the rounds whose sums are
     within 10% of the fastest sum (:func:`fastest_rounds`); ``round_in_context_us`` and
-    ``round_in_context_kernel_us`` keep every round. Rounds of another ``in_context_timing`` are dropped."""
+    ``round_in_context_kernel_us`` keep every round; ``in_context_wall_us`` is the median of those rounds' times of
+    the build without the hook (``round_in_context_wall_us``: every round's, None where a round has none). Rounds
+    of another ``in_context_timing`` are dropped."""
     import numpy as np
 
     n = len(timing["in_context_us"])
@@ -358,6 +360,14 @@ def merge_in_context_rounds(previous: dict, timing: dict) -> dict:
     for field, values in rounds.items():
         merged[field] = [float(v) for v in np.median(np.array([values[i] for i in fastest]), axis=0)]
         merged[f"round_{field}"] = values
+    # the build's time without the hook, one per round (None for a round timed before it was read)
+    earlier = previous.get("round_in_context_wall_us")
+    if not isinstance(earlier, list) or len(earlier) != len(sums) - 1:
+        earlier = [previous.get("in_context_wall_us") if same and len(sums) == 2 else None] * (len(sums) - 1)
+    walls = [*earlier, timing.get("in_context_wall_us")]
+    merged["round_in_context_wall_us"] = walls
+    kept = [float(walls[i]) for i in fastest if walls[i] is not None]
+    merged["in_context_wall_us"] = float(np.median(kept)) if kept else None
     return merged
 
 
