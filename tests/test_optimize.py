@@ -375,8 +375,16 @@ def test_measure_auto_measures_missing_kernels_once_and_never_predicts_them(monk
     contexts = stored[(stored["kind"] == "context") & (stored["model"] == model.name)]
     assert len(contexts) == 1 and contexts["in_context_timing"].iloc[0] == IN_CONTEXT_TIMING
     assert summary.loc["cpu0", "cache"] == "in-context"
+    # priced as shares of the build's time without the hook, read in the same samples: the model built on the CPU
+    # is priced at that time (its kernels plus the VM's overhead besides them)
+    context = contexts.iloc[0]
+    priced = auto.costs.in_context_times([{"key": k} for k in context["unit_keys"]], "llvm")
+    assert priced == pytest.approx([t * priced[0] / context["in_context_us"][0] for t in context["in_context_us"]])
+    fixed = (auto.costs.invoke_us("llvm:0", in_context=True)
+             + len(priced) * auto.costs.launch_us("llvm:0", in_context=True))
+    assert sum(priced) + fixed == pytest.approx(context["in_context_wall_us"])
     assert auto.view.graph.nodes[next(iter(auto.view.members))]["latency_us"]["cpu0"] == pytest.approx(
-        contexts["in_context_us"].iloc[0][0] + auto.costs.launch_us("llvm:0", in_context=True))
+        priced[0] + auto.costs.launch_us("llvm:0", in_context=True))
 
     again = autoplace.optimize(model, None, TWO)
     assert _lines(records) == after  # cached: the second call measures nothing

@@ -237,7 +237,7 @@ def test_job_over_two_servers_resumes_after_a_kill_with_the_records_of_a_local_j
     # in-context timing of models' kernels (not over RPC yet).
     local_only = {"host_slowdown", "canary_us", "sharing_canary_us", "calm_samples", "in_context_us", "in_context_kernel_us",
                   "in_context_hook_us", "in_context_runs", "in_context_timing", "in_context_host_slowdown",
-                  "in_context_apart"}
+                  "in_context_apart", "in_context_wall_us", "round_in_context_wall_us"}
     # The local job's model (seed003) has no weights: the weights-cold fields of kernels with weights are checked below.
     with_weights_only = {"weights_cold_median_us", "weights_cold_min_us", "weights_cold_timing"}
     expected = {kind: names - local_only for kind, names in fields(mine).items()}

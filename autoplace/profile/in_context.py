@@ -16,6 +16,12 @@ reading (``in_context_hook_us``: their sum over one run). Each sample runs the m
 and leaves out its first run, which finds the caches as the host-speed canary (or whatever ran before) left
 them: timed one run after each canary, a 5 us model read 12 us.
 
+The hook's cost is an estimate, timed apart from the runs, and for a model of many small kernels it is as large
+as the kernels (Zen 5, session 51: swin-base 407-423 us of hook against 449-480 us of kernels a run, mobilenetv2-base
+174-185 against 578-604), so a 10% error in it is 4-9% of the model. Each sample therefore also times the same
+build without the hook, as a plan is timed end to end (``in_context_wall_us``), and a cost table takes the kernels'
+readings as shares of that latency (:meth:`autoplace.cost_model.CostTable.in_context_times`).
+
 A kernel's in-context time includes the VM's own calls that serve it (allocating its output from the VM's pool,
 a reshape view): 22 us of resnet-base's 337 (6.5%), 100 us of bert-base's 4240. What is left besides (the VM's
 dispatch, a call of ``main``) is fitted to the profile's end-to-end records
