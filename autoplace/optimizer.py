@@ -381,7 +381,15 @@ def optimize(mod, params=None, targets=None, *, pins: Mapping | None = None, mem
     kernels = units_by_kind(model, graph, targets)
     if costs is None:
         costs = load_costs(targets, profile_dir)
-        if measure != "never" and _another_machines_folder(profile_dir, measure):
+        theirs = _measured_elsewhere(profile_dir)
+        if theirs is not None and measure == "always":
+            from .profile.hardware import measured_by
+
+            raise AutoplaceError(
+                f"measure='always' with profile_dir={profile_dir!r}: that folder is the profile of {theirs}, and this "
+                f"machine is {measured_by()['hardware_id']}, so nothing timed here describes it. Use measure='never' "
+                f"to plan for {theirs} from its profile, or profile_dir=None to plan for this machine")
+        if theirs is not None:  # a plan for that machine: nothing measured here may price it
             measure = "never"
         if measure != "never":
             costs = measure_missing(model, graph, kernels, targets, costs, redo=measure == "always",
@@ -505,25 +513,16 @@ MEASURE_MAX_ROUNDS = 6
 MEASURE_MODES = ("auto", "never", "always")
 
 
-def _another_machines_folder(profile_dir: str | None, measure: str) -> bool:
-    """Whether ``profile_dir`` is a profile folder another machine measured (its metadata names another hardware
-    id): a plan for that machine, which nothing measured here may price. ``measure="always"`` asks for the
-    impossible there: an :class:`AutoplaceError` says so."""
+def _measured_elsewhere(profile_dir: str | None) -> str | None:
+    """The hardware id of the machine that measured the profile folder ``profile_dir`` when that is another machine
+    than this one (its metadata names another hardware id), else None."""
     from .profile import ProfileStore
     from .profile.hardware import measured_by
 
     if profile_dir is None:
-        return False
+        return None
     theirs = (ProfileStore(profile_dir).stored_metadata() or {}).get("hardware_id")
-    here = measured_by()["hardware_id"]
-    if theirs is None or theirs == here:
-        return False
-    if measure == "always":
-        raise AutoplaceError(
-            f"measure='always' with profile_dir={profile_dir!r}: that folder is the profile of {theirs}, and this "
-            f"machine is {here}, so nothing timed here describes it. Use measure='never' to plan for {theirs} from "
-            f"its profile, or profile_dir=None to plan for this machine")
-    return True
+    return None if theirs is None or theirs == measured_by()["hardware_id"] else str(theirs)
 
 
 def measure_missing(model, graph, kernels: dict, targets: TargetSet, costs, *, redo: bool = False,

@@ -8,7 +8,13 @@ is then 4-9% of the model. For each model, in a fresh measurement folder: ``opti
 plan timed right after (calm samples, after waiting up to 60 s for the canaries), and the in-context record's
 rounds, hook cost and canary readings.
 
-    python experiments/in_context_hook_share.py [--models mobilenetv2-base swin-base] [--passes 2]
+Since session 52 each round also times the build without the hook in the same samples (``in_context_wall_us``) and
+the prediction takes the in-context times as shares of it. ``readings_over_wall`` is each round's in-context sum
+(the hook's cost taken off) over that round's time without the hook: what the hook's estimate left in the
+readings, round by round, that the prediction no longer carries (the VM's own dispatch between calls, a few us a
+run, is in the time without the hook only).
+
+    python experiments/in_context_hook_share.py [--models mobilenetv2-base swin-base] [--passes 2] [--tag _s52]
 """
 
 from __future__ import annotations
@@ -40,10 +46,16 @@ def one(spec: str, speed) -> dict:
         plan, _ = time_plan(result.placement, inputs, speed, wait_s=60)
     os.environ.pop("AUTOPLACE_CACHE", None)
     rounds = context.get("round_in_context_us")
+    rounds = rounds if isinstance(rounds, list) else [context.get("in_context_us", [np.nan])]
+    walls = context.get("round_in_context_wall_us")
+    walls = walls if isinstance(walls, list) and len(walls) == len(rounds) else [context.get("in_context_wall_us")]
     return dict(model=spec, predicted_us=float(result.predicted_us), plan_us=plan["median_us"],
                 error=float(result.predicted_us) / plan["median_us"] - 1.0,
                 in_context_sum_us=float(np.sum(context.get("in_context_us", [np.nan]))),
-                round_sums_us=[float(np.sum(r)) for r in rounds] if isinstance(rounds, list) else None,
+                round_sums_us=[float(np.sum(r)) for r in rounds],
+                round_walls_us=[float(w) if w is not None else np.nan for w in walls],
+                readings_over_wall=[float(np.sum(r)) / float(w) if w else np.nan for r, w in zip(rounds, walls)],
+                wall_us=context.get("in_context_wall_us", np.nan),
                 kernels_only_us=float(np.sum(context.get("in_context_kernel_us", [np.nan]))),
                 hook_us=context.get("in_context_hook_us"), host_slowdown=context.get("in_context_host_slowdown"),
                 apart=context.get("in_context_apart"), runs=context.get("in_context_runs"))
@@ -53,7 +65,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=["mobilenetv2-base", "swin-base"])
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--tag", default="", help="suffix of the result file (in_context_hook_share<tag>.csv)")
     args = parser.parse_args(argv)
+    import pandas as pd
+
     from autoplace.profile import ProfileStore
     from autoplace.profile.hardware import hardware_metadata
     from autoplace.profile.host_speed import HostSpeed
@@ -63,14 +78,23 @@ def main(argv=None):
                            hardware_metadata()["hardware_id"])
     speed = HostSpeed.for_records(ProfileStore(profile).records() if os.path.isdir(profile) else None,
                                   wait_budget_s=300)
-    for _ in range(args.passes):
+    rows = []
+    for pass_ in range(args.passes):
         for spec in args.models:
-            row = one(spec, speed)
+            row = dict(one(spec, speed), **{"pass": pass_ + 1})
+            rows.append(row)
             print(f"{row['model']}: predicted {row['predicted_us']:.1f} us, plan {row['plan_us']:.1f} "
                   f"({row['error']:+.1%}); in context {row['in_context_sum_us']:.1f} (rounds "
-                  f"{', '.join(f'{v:.1f}' for v in row['round_sums_us'] or [])}; kernels alone "
-                  f"{row['kernels_only_us']:.1f}), hook {row['hook_us']:.1f} us a run, canary "
-                  f"{row['host_slowdown']:.2f}, apart {row['apart']}, {row['runs']} runs", flush=True)
+                  f"{', '.join(f'{v:.1f}' for v in row['round_sums_us'])}; kernels alone "
+                  f"{row['kernels_only_us']:.1f}), without the hook {row['wall_us']:.1f} (rounds "
+                  f"{', '.join(f'{v:.1f}' for v in row['round_walls_us'])}; readings over it "
+                  f"{', '.join(f'{v:.3f}' for v in row['readings_over_wall'])}), hook {row['hook_us']:.1f} us a run, "
+                  f"canary {row['host_slowdown']:.2f}, apart {row['apart']}, {row['runs']} runs", flush=True)
+    out = os.path.join(os.path.dirname(__file__), "results", hardware_metadata()["hardware_id"],
+                       f"in_context_hook_share{args.tag}.csv")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    pd.DataFrame(rows).to_csv(out, index=False)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

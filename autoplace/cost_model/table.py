@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..profile.cache_state import finite_or_zero, model_runs_in_model
+from ..profile.rounds import fastest_round_indices
 from ..targets import kind_of_label
 from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
 from .features import as_records, features_from_unit
@@ -529,14 +530,13 @@ class CostTable:
 
         The records of one model's kernels (a profile's, and ``measure="auto"``'s in the user's folder) are rounds
         of one timing: per kernel, the median over the rounds of every record whose sums are within 10% of the
-        fastest sum (:func:`autoplace.profile.job.fastest_rounds`, as a profile job merges a record's rounds). A
+        fastest sum (:func:`autoplace.profile.rounds.fastest_rounds`, as a profile job merges a record's rounds). A
         record timed in a slow phase of the host no longer overrides a calm one for being newer: on the Zen 5 the
         demo priced cnn-base by the user folder's in-context times of the day before, 2436 us (three rounds of
         2431-2445, the cores likely apart before the sharing canary existed), the profile's were 2001 us, and the
         plan ran 2024 (session 50). A record of ``measure="always"`` (``in_context_fresh``) drops the rounds
         before it: the user asked for the times of now."""
         from ..profile.in_context import IN_CONTEXT_TIMING
-        from ..profile.job import fastest_rounds
 
         if "in_context_timing" not in df:
             return
@@ -568,11 +568,9 @@ class CostTable:
         for tag, taken in rounds.items():
             walls = list(taken.values())
             taken = [list(r) for r in taken]
-            sums = [sum(r) for r in taken]
-            kept = fastest_rounds(sums)
-            self.in_context_[tag] = [float(v) for v in
-                                     np.median(np.array([r for r, total in zip(taken, sums) if total in kept]), axis=0)]
-            kept_walls = [w for w, total in zip(walls, sums) if total in kept and w is not None]
+            kept = fastest_round_indices([sum(r) for r in taken])
+            self.in_context_[tag] = [float(v) for v in np.median(np.array([taken[i] for i in kept]), axis=0)]
+            kept_walls = [walls[i] for i in kept if walls[i] is not None]
             if kept_walls:
                 self.in_context_wall_[tag] = float(np.median(kept_walls))
 

@@ -40,6 +40,7 @@ from .hardware import measured_by
 from .host_speed import APART, HostSpeed
 from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
+from .rounds import FASTEST_ROUNDS_WITHIN, fastest_round_indices, fastest_rounds
 from .store import SUCCESS, ProfileStore
 from .units import extract_units
 
@@ -153,22 +154,6 @@ def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7, speed: HostSp
     except Exception as err:
         timing = dict(status="error", error=str(err).strip().splitlines()[-1][:300])
     return timing
-
-
-#: Rounds whose median is within this fraction of the fastest round's count (:func:`fastest_rounds`).
-FASTEST_ROUNDS_WITHIN = 0.10
-
-
-def fastest_rounds(medians: list, within: float = FASTEST_ROUNDS_WITHIN) -> list:
-    """The round medians within ``within`` (10%) of the fastest one.
-
-    On a shared machine, noise only ever slows a timing down (another tenant's core time, cache and
-    memory bandwidth), and not always in a way the host-speed canary sees; a kernel's undisturbed latency
-    is best estimated from its fastest rounds. Requiring a round to agree with the fastest within 10%
-    (rather than taking the minimum) keeps several rounds when the machine was calm.
-    """
-    fastest = min(medians)
-    return [m for m in medians if m <= fastest * (1.0 + within)]
 
 
 def _a_calm_round_among_fastest(medians: list, slowdowns) -> bool:
@@ -356,7 +341,7 @@ def merge_in_context_rounds(previous: dict, timing: dict) -> dict:
             earlier = [previous[field]] if same and field in previous else []
         rounds[field] = [list(r) for r in earlier if len(r) == n] + [[float(v) for v in timing[field]]]
     sums = [float(np.sum(r)) for r in rounds["in_context_us"]]
-    fastest = [i for i, total in enumerate(sums) if total in fastest_rounds(sums)]
+    fastest = fastest_round_indices(sums)
     for field, values in rounds.items():
         merged[field] = [float(v) for v in np.median(np.array([values[i] for i in fastest]), axis=0)]
         merged[f"round_{field}"] = values
