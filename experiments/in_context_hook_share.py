@@ -67,17 +67,11 @@ def main(argv=None):
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--tag", default="", help="suffix of the result file (in_context_hook_share<tag>.csv)")
     args = parser.parse_args(argv)
-    import pandas as pd
-
-    from autoplace.profile import ProfileStore
-    from autoplace.profile.hardware import hardware_metadata
-    from autoplace.profile.host_speed import HostSpeed
+    from measure_auto import this_machines_speed
+    from results_folder import write_csv
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
-                           hardware_metadata()["hardware_id"])
-    speed = HostSpeed.for_records(ProfileStore(profile).records() if os.path.isdir(profile) else None,
-                                  wait_budget_s=300)
+    speed = this_machines_speed(wait_budget_s=300)
     rows = []
     for pass_ in range(args.passes):
         for spec in args.models:
@@ -90,11 +84,7 @@ def main(argv=None):
                   f"{', '.join(f'{v:.1f}' for v in row['round_walls_us'])}; readings over it "
                   f"{', '.join(f'{v:.3f}' for v in row['readings_over_wall'])}), hook {row['hook_us']:.1f} us a run, "
                   f"canary {row['host_slowdown']:.2f}, apart {row['apart']}, {row['runs']} runs", flush=True)
-    out = os.path.join(os.path.dirname(__file__), "results", hardware_metadata()["hardware_id"],
-                       f"in_context_hook_share{args.tag}.csv")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    pd.DataFrame(rows).to_csv(out, index=False)
-    print(f"wrote {out}")
+    write_csv(rows, f"in_context_hook_share{args.tag}.csv")
 
 
 if __name__ == "__main__":

@@ -60,23 +60,15 @@ def main(argv=None):
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--tag", default="", help="suffix of the result file (in_context_wall_vs_plan<tag>.csv)")
     args = parser.parse_args(argv)
-    from autoplace.profile import ProfileStore
-    from autoplace.profile.hardware import hardware_metadata
-    from autoplace.profile.host_speed import HostSpeed
+    from measure_auto import this_machines_speed
+    from results_folder import write_csv
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
-                           hardware_metadata()["hardware_id"])
-    speed = HostSpeed.for_records(ProfileStore(profile).records() if os.path.isdir(profile) else None,
-                                  wait_budget_s=300)
+    speed = this_machines_speed(wait_budget_s=300)
     table = pd.DataFrame([row for spec in args.models for row in pairs(spec, speed, args.pairs)])
     summary = table.groupby("model")["end_to_end_over_wall"].agg(["median", "min", "max"])
     print(summary.to_string(float_format=lambda v: f"{v:.3f}"))
-    out = os.path.join(os.path.dirname(__file__), "results", hardware_metadata()["hardware_id"],
-                       f"in_context_wall_vs_plan{args.tag}.csv")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    table.to_csv(out, index=False)
-    print(f"wrote {out}")
+    write_csv(table, f"in_context_wall_vs_plan{args.tag}.csv")
 
 
 if __name__ == "__main__":

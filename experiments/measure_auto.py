@@ -87,6 +87,19 @@ def plan(spec: str, measure: str = "auto", speed=None, wait_s: float = 0.0) -> t
     return row, placement, inputs
 
 
+def this_machines_speed(wait_budget_s: float = 300.0):
+    """The host-speed canaries (:class:`~autoplace.profile.host_speed.HostSpeed`) against the fastest readings of
+    this machine's committed profile (none when it has no profile), waiting up to ``wait_budget_s`` in all."""
+    from autoplace.profile import ProfileStore
+    from autoplace.profile.hardware import hardware_metadata
+    from autoplace.profile.host_speed import HostSpeed
+
+    profile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
+                           hardware_metadata()["hardware_id"])
+    return HostSpeed.for_records(ProfileStore(profile).records() if os.path.isdir(profile) else None,
+                                 wait_budget_s=wait_budget_s)
+
+
 def time_plan(placement, inputs, speed, wait_s: float = 0.0) -> tuple[dict, float]:
     """One round of a plan's timing: the canaries read until calm for up to ``wait_s`` seconds (and what is left
     of ``speed``'s budget), then samples each after a canary, the calm ones kept
