@@ -206,12 +206,12 @@ def time_in_context(executable, devices, args: list, units, *, samples: int = DE
 
     def one_sample() -> float:
         recorded.clear()
-        walls = [one_run() for _ in range(number)]
+        hooked_us = [one_run() for _ in range(number)]
         per_sample.append(list(recorded[1:]))
         vm.set_instrument(None)
         plain_us.append(float(plain(*args).results[0]) * 1e6)
         vm.set_instrument(hook)
-        return float(np.mean(walls[1:]))
+        return float(np.mean(hooked_us[1:]))
 
     extra = {}
     if speed is None:

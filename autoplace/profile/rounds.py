@@ -15,8 +15,7 @@ FASTEST_ROUNDS_WITHIN = 0.10
 
 def fastest_rounds(medians: list, within: float = FASTEST_ROUNDS_WITHIN) -> list:
     """The round medians within ``within`` (10%) of the fastest one."""
-    fastest = min(medians)
-    return [m for m in medians if m <= fastest * (1.0 + within)]
+    return [medians[i] for i in fastest_round_indices(medians, within)]
 
 
 def fastest_round_indices(totals: list, within: float = FASTEST_ROUNDS_WITHIN) -> list[int]:
