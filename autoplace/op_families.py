@@ -143,6 +143,12 @@ FAMILIES = {
     # inputs, the last stages of larger ones): expand (+ ReLU6, + the next depthwise convolution's TF pad) and
     # project (+ the residual add); rows of 2-4 pixels, output channels 12 at a time in the register tile
     "conv_small_maps": "conv",
+    # the same blocks at the widths of the last stages of a full-width MobileNet / EfficientNet / MnasNet (80-384
+    # channels, expanded 6x: 0.1-3.5 MB of weights read once per call, past the L2): conv_small_maps stops at 221 KB
+    # and conv_head's 1x1 maps stream weights at half the rate of 2x2 ones (Zen 5: 14 GB/s, 25), so the cost model
+    # priced mobilenetv2-base's 160 -> 960 expansions on 2x2 maps 1.32x their 25.6 us (session 53). None of the
+    # architecture suite's shapes is drawn (:data:`WIDE_SMALL_MAP_CHANNELS`)
+    "conv_wide_small_maps": "conv",
     # a basic residual block's 3x3 convolutions (and its 1x1 stride-2 shortcut) giving 1x1, 2x2 and 4x4 maps with
     # 32-512 channels: the last stages of a ResNet on 32x32-64x64 images, where ``cnn_pow2``'s smallest map is 8
     "cnn_tiny_maps": "conv",
@@ -1208,21 +1214,25 @@ def _conv_dw_tiny_maps(rng, n: int) -> list[Model]:
 
 #: Block widths of a MobileNetV2 at depth multipliers 0.25-1 (input, before the 6x expansion).
 SMALL_MAP_CHANNELS = (8, 16, 24, 32, 40, 64, 96)
+#: Block widths of :func:`_conv_small_maps` for ``conv_wide_small_maps``: EfficientNet-B0's 80 and 112, MnasNet's and
+#: wider MobileNets' 128-384; not the architecture suite's 96, 160 and 320, so that leaving MobileNetV2 out of the
+#: cost model's evaluation leaves its convolutions out too.
+WIDE_SMALL_MAP_CHANNELS = (80, 112, 128, 192, 256, 384)
 
 
-def _conv_small_maps(rng, n: int) -> list[Model]:
-    """An inverted-residual block's 1x1 convolutions on 2x2, 3x3 and 4x4 maps (no (map, width) twice), in turn:
-    expand ``c -> 6c`` + bias + ReLU6, the same with the next depthwise convolution's TF pad fused after it,
-    project ``6c -> c'`` + bias, the same with the residual add (``c' = c``)."""
+def _conv_small_maps(rng, n: int, *, family: str = "conv_small_maps", channels=SMALL_MAP_CHANNELS) -> list[Model]:
+    """An inverted-residual block's 1x1 convolutions on 2x2, 3x3 and 4x4 maps (no (map, width) twice; widths ``c``
+    from ``channels``), in turn: expand ``c -> 6c`` + bias + ReLU6, the same with the next depthwise convolution's
+    TF pad fused after it, project ``6c -> c'`` + bias, the same with the residual add (``c' = c``)."""
     from tvm import relax
 
     op = relax.op
-    pairs = [(h, c) for h in (2, 3, 4) for c in SMALL_MAP_CHANNELS]
+    pairs = [(h, c) for h in (2, 3, 4) for c in channels]
     models = []
     for i, pick in enumerate(rng.permutation(len(pairs))[:n]):
         h, c = pairs[pick]
         expand, extra = i % 4 < 2, i % 2 == 1
-        cin, cout = (c, 6 * c) if expand else (6 * c, c if extra else int(rng.choice(SMALL_MAP_CHANNELS)))
+        cin, cout = (c, 6 * c) if expand else (6 * c, c if extra else int(rng.choice(channels)))
         weight, bias = _const(rng, (cout, cin, 1, 1)), _const(rng, (1, cout, 1, 1))
         residual = _const(rng, (1, cout, h, h))
 
@@ -1234,7 +1244,7 @@ def _conv_small_maps(rng, n: int) -> list[Model]:
             return op.add(bb.emit(y), r) if extra else y
 
         tail = ("-relu6" + ("-pad" if extra else "")) if expand else ("-residual" if extra else "")
-        models.append(_model(f"ops-conv_small_maps-1x1-{cin}x{h}x{h}-{cout}{tail}", _f32((1, cin, h, h)), body))
+        models.append(_model(f"ops-{family}-1x1-{cin}x{h}x{h}-{cout}{tail}", _f32((1, cin, h, h)), body))
     return models
 
 
@@ -1480,7 +1490,7 @@ def _attention_tokens(rng, n: int) -> list[Model]:
 #: Models per family (others: :data:`DEFAULT_COUNT`); conv2d families have 2 each (24 of them).
 COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_qk": 4, "attn_av": 4, "max_pool2d": 6,
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
-          "conv_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
+          "conv_small_maps": 16, "conv_wide_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
           "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "space_to_depth": 24,
           "conv_dw_tiny_maps": 24, "window_attn_bias": 16,
@@ -1572,6 +1582,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _cnn_pow2_mixed(rng, count)
     if family == "conv_small_maps":
         return _conv_small_maps(rng, count)
+    if family == "conv_wide_small_maps":
+        return _conv_small_maps(rng, count, family=family, channels=WIDE_SMALL_MAP_CHANNELS)
     if family == "cnn_tiny_maps":
         return _cnn_tiny_maps(rng, count)
     if family == "conv_stem":
