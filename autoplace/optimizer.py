@@ -666,7 +666,7 @@ def invoke_us(costs, targets: TargetSet, placement: Placement, *, in_context: bo
     invoke = getattr(costs, "invoke_us", None)
     if invoke is None:
         return 0.0
-    call = dict(num_args=len(placement.mod["main"].params),
+    call = dict(num_args=len(placement.mod["main"].params), num_inputs=placement.model.num_input,
                 output_bytes=placement.graph.nodes["output"].get("output_bytes", 0))
     if in_context:
         call["in_context"] = True

@@ -1,6 +1,7 @@
 """Add ``read_strides`` (how a data-movement kernel reads its inputs, :mod:`autoplace.profile.access`) to the kernels
-of a profile timed before records carried it. No kernel is timed: the models the records name are built and
-lowered again for the profile's CPU, and the strides land in ``<profile>/unit_fields.json``.
+of a profile timed before records carried it, and ``num_inputs`` (which of ``main``'s arguments are inputs) to its
+end-to-end records. No kernel is timed: the models the records name are built and lowered again for the profile's
+CPU, and the fields land in ``<profile>/unit_fields.json``.
 
     python experiments/backfill_read_strides.py --profile profiles/amd-epyc-f25m1-2c
 
@@ -11,7 +12,7 @@ import argparse
 import json
 
 from autoplace.profile import ProfileStore
-from autoplace.profile.access import backfill_read_strides
+from autoplace.profile.access import backfill_model_inputs, backfill_read_strides
 
 
 def main(argv=None) -> dict:
@@ -19,7 +20,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--profile", required=True, help="profile folder (profiles/<hardware id>)")
     parser.add_argument("--target", default="llvm", help="target kind of the kernels (default llvm)")
     args = parser.parse_args(argv)
-    report = backfill_read_strides(ProfileStore(args.profile), target_kind=args.target)
+    store = ProfileStore(args.profile)
+    report = backfill_read_strides(store, target_kind=args.target)
+    report["model_inputs"] = backfill_model_inputs(store)
     print(json.dumps(report, indent=1))
     return report
 

@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     placement = place(model, None, None, targets)
     num_args = len(placement.mod["main"].params)
     output_bytes = int(placement.graph.nodes["output"].get("output_bytes", 0))
-    overhead_us = table.invoke_us(label, default=0.0, num_args=num_args, output_bytes=output_bytes) + len(
+    overhead_us = table.invoke_us(label, default=0.0, num_args=num_args, output_bytes=output_bytes,
+                                  num_inputs=model.num_input) + len(
         frame
     ) * table.launch_us(label, default=0.0)
     predicted_us = overhead_us + float(frame["latency_us"].sum())

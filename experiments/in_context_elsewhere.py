@@ -47,7 +47,7 @@ def priced_without_own_record(records: pd.DataFrame, name: str, kind: str = "llv
     if not table.runs_in_model(recs, kind) or not all((k, kind) in table.measured_ for k in keys):
         return None
     label = f"{kind}:0"
-    call = {c: int(run[c]) for c in ("num_args", "output_bytes") if c in run and pd.notna(run[c])}
+    call = {c: int(run[c]) for c in ("num_args", "num_inputs", "output_bytes") if c in run and pd.notna(run[c])}
     priced = table.latencies(recs, kind, in_context=False)
     elsewhere = dict(table.in_context_elsewhere_)
     table.in_context_elsewhere_ = {}

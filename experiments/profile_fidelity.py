@@ -34,7 +34,7 @@ def predicted_from_records(df: pd.DataFrame, model, kind: str = "llvm", referenc
     run = df[(df.kind == "model") & (df.key == model.name) & (df.target == kind)].iloc[-1]
     keys = list(run["unit_keys"])
     kernels_us = float(sum(units[k] for k in keys))
-    call = dict(num_args=len(model.main.params),
+    call = dict(num_args=len(model.main.params), num_inputs=model.num_input,
                 output_bytes=autoplace.op_graph(model).nodes["output"]["output_bytes"])
 
     def overhead_us(table):

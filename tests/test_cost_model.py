@@ -807,6 +807,29 @@ def test_vm_overheads_are_refitted_to_end_to_end_records():
     assert few.overhead_fit_ == {}
 
 
+def test_an_input_of_main_is_priced_at_the_probes_cost_and_a_weight_at_the_fitted_one():
+    """The VM checks each input of ``main`` at several times a weight's cost (Zen 5: 0.17-0.19 us against
+    0.028-0.037, experiments/vm_argument_cost.py). The probe's ``main`` takes inputs (0.2 us each here); the end-to-end
+    records of models with 1-3 inputs and many weights (0.03 us each) fit the weights' cost alone, and a model of
+    three inputs (seed003) is priced with two inputs' worth, not two weights'. Records that do not say how many of
+    their arguments are inputs count one."""
+    records = _overhead_records(30, per_arg=0.03)
+    models = records["kind"] == "model"
+    inputs = np.resize([1, 1, 2, 3], int(models.sum()))
+    records.loc[models, "num_inputs"] = inputs
+    records.loc[models, "num_args"] = np.maximum(records.loc[models, "num_args"], inputs)
+    records.loc[models, "median_us"] += (inputs - 1) * (0.2 - 0.03)  # each input after the first: the probe's cost
+    table = CostTable(records)
+    fit = table.overhead_fit_["llvm:0"]
+    assert fit["per_input_us"] == pytest.approx(0.2) and fit["per_arg_us"] == pytest.approx(0.03, abs=0.01)
+    seed003 = table.invoke_us("llvm:0", num_args=3, num_inputs=3)
+    assert seed003 == pytest.approx(fit["invoke_us"] + 2 * 0.2, rel=0.02)
+    assert table.invoke_us("llvm:0", num_args=3) == pytest.approx(fit["invoke_us"] + 2 * fit["per_arg_us"])
+    assert seed003 - table.invoke_us("llvm:0", num_args=3) > 0.3  # two inputs, not two weights
+    # num_inputs beyond num_args (a record or a caller that counts otherwise) is capped there
+    assert table.invoke_us("llvm:0", num_args=2, num_inputs=5) == pytest.approx(fit["invoke_us"] + 0.2)
+
+
 def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     """Model records that also carry their kernels' in-context times (each kernel here 1.25x its warm time, the
     VM's overhead besides them 2 us + 0.05 us per launch) give a second fit, used with ``in_context=True``."""

@@ -11,9 +11,11 @@ import time
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import tvm
 
+import autoplace
 from autoplace import zoo
 from autoplace.backend.cpu_threads import restore_usable_cpus
 from autoplace.profile import (
@@ -170,6 +172,28 @@ def test_the_back_fill_describes_the_current_kernels_and_skips_older_schedules(t
     assert fields["llvm-size-no-longer-drawn"]["read_strides"] is None
     again = backfill_read_strides(store, progress=False)  # done once, never again: no model rebuilt for the stale key
     assert again["kernels"] == 0 and again["models"] == 0
+
+def test_end_to_end_records_say_which_arguments_are_inputs_and_older_ones_are_told(tmp_path):
+    """The VM checks an input of ``main`` at several times a weight's cost, so model records carry ``num_inputs``
+    beside ``num_args``; records made before get it from the model rebuilt by name (nothing timed), merged in when
+    the store is read, never written into the timed records."""
+    from autoplace.profile.access import backfill_model_inputs
+    from autoplace.profile.job import model_fields
+
+    model = zoo.get("seed003")
+    placement = autoplace.place(model)
+    fields = model_fields(model, extract_units(model, "llvm"), placement, "llvm")
+    assert fields["num_inputs"] == 3 == fields["num_args"]  # (a + b) - (b + c): three inputs, no weight
+    store = ProfileStore(str(tmp_path / "p"))
+    for name in ("seed003", "mlp", "my-model.onnx"):  # timed before records said it; a model file is not rebuilt
+        store.append(dict(kind="model", key=name, target="llvm", status="ok", median_us=1.0, num_args=3))
+    report = backfill_model_inputs(store, progress=False)
+    assert report["models"] == 3 and report["added"] == 2 and report["skipped_models"] == ["my-model.onnx"]
+    inputs = store.records().set_index("key")["num_inputs"]
+    assert inputs["seed003"] == 3 and inputs["mlp"] == 1 and pd.isna(inputs["my-model.onnx"])
+    assert "num_inputs" not in (tmp_path / "p" / "records.jsonl").read_text()
+    assert backfill_model_inputs(store, progress=False)["added"] == 0
+
 
 def test_foreign_records_are_left_out_unless_asked(tmp_path):
     store = ProfileStore(str(tmp_path / "p"))

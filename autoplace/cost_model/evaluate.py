@@ -94,16 +94,18 @@ def model_unit_keys(records: pd.DataFrame, target: str) -> dict:
 
 
 def end_to_end_us(table: CostTable, unit_latency_us: dict, keys: list, target_label: str, *,
-                  num_args: int = 1, output_bytes: int = 0) -> float:
+                  num_args: int = 1, output_bytes: int = 0, num_inputs: int = 1) -> float:
     """Predicted latency of a model built entirely on one device, in microseconds.
 
     ``invoke + len(keys) * launch + sum(unit_latency_us[k] for k in keys)``, where ``launch`` is the
     VM's cost of one kernel call (``kind="launch"`` record) and ``invoke`` its cost of one call of
-    ``main`` with ``num_args`` arguments returning ``output_bytes`` (:meth:`CostTable.invoke_us`).
+    ``main`` with ``num_args`` arguments (``num_inputs`` of them inputs) returning ``output_bytes``
+    (:meth:`CostTable.invoke_us`).
     """
     launch = table.launch_us(target_label, default=0.0)
     return (
-        table.invoke_us(target_label, default=0.0, num_args=num_args, output_bytes=output_bytes)
+        table.invoke_us(target_label, default=0.0, num_args=num_args, output_bytes=output_bytes,
+                        num_inputs=num_inputs)
         + len(keys) * launch
         + sum(unit_latency_us[k] for k in keys)
     )
@@ -473,7 +475,7 @@ def leave_one_family_out(
                 if name in runs.index:
                     e2e = float(runs.loc[name, "median_us"])
                     call = {}  # the model record's main signature, where the profiler stored it
-                    for column in ("num_args", "output_bytes"):
+                    for column in ("num_args", "num_inputs", "output_bytes"):
                         value = runs.loc[name].get(column) if column in runs.columns else None
                         if value is not None and pd.notna(value):
                             call[column] = int(value)

@@ -98,12 +98,15 @@ OVERHEAD_FIT_SCALE = 0.02
 def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context: bool = False) -> dict | None:
     """The VM's overhead on a target kind, fitted to the profile's end-to-end records.
 
-    A model built on one device takes ``invoke + calls * launch + (args - 1) * per_arg + sum of its
-    kernels`` (:func:`autoplace.cost_model.evaluate.end_to_end_us`). The profiler measures ``invoke``,
-    ``launch`` and ``per_arg`` with small probe modules (``kind="launch"``); on the reference CPU profile
-    their sum over-priced the small zoo models by 13-30% (0.19 us per argument where the models' own
-    records say about 0.07). This fits the three terms to every ``kind="model"`` record of ``kind``
-    whose kernels are all measured, by least squares on the relative error with a soft L1 loss
+    A model built on one device takes ``invoke + calls * launch + (inputs - 1) * per_input + weights * per_arg +
+    sum of its kernels`` (:func:`autoplace.cost_model.evaluate.end_to_end_us`; ``weights``: the arguments of
+    ``main`` after its inputs). The profiler measures ``invoke``, ``launch`` and ``per_arg`` with small probe
+    modules (``kind="launch"``); on the reference CPU profile their sum over-priced the small zoo models by 13-30%
+    (0.19 us per argument where the models' own records say about 0.07): the probe's ``main`` takes inputs, and an
+    input costs the VM several times what a weight does (Zen 5: 0.17-0.19 us against 0.028-0.037,
+    ``experiments/vm_argument_cost.py``). So ``per_input`` is the probe's ``per_arg``, and this fits the other three
+    terms to every ``kind="model"`` record of ``kind`` whose kernels are all measured (one input where a record
+    does not say, ``num_inputs``), by least squares on the relative error with a soft L1 loss
     (:data:`OVERHEAD_FIT_SCALE`), each term >= 0, starting from the probes.
 
     Parameters
@@ -122,7 +125,8 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
     Returns
     -------
     dict or None
-        ``invoke_us``, ``launch_us``, ``per_arg_us``, ``runs`` (records fitted); None with fewer than
+        ``invoke_us``, ``launch_us``, ``per_arg_us`` (a weight), ``per_input_us`` (the probe's), ``runs`` (records
+        fitted); None with fewer than
         :data:`MIN_OVERHEAD_RUNS` usable records or fewer than 3 that launch several kernels.
     """
     import scipy.optimize
@@ -139,12 +143,16 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
     in_model, l2 = in_model_times(units)
     read = [c for c in ("key", "weight_bytes", "bytes_out") if c in units]
     by_key = {str(r["key"]): r for r in units[read].to_dict("records")} if in_model else {}
+    per_input = max(0.0, float(probe.get("per_arg_us", 0.0)))
     rows = []
     for _, run in model_runs(records, kind).iterrows():
         keys = run.get("unit_keys")
-        e2e, args = run.get("median_us"), run.get("num_args")
+        e2e, args, inputs = run.get("median_us"), run.get("num_args"), run.get("num_inputs")
         if not (np.isfinite(e2e) and e2e > 0 and args is not None and np.isfinite(args)):
             continue
+        inputs = int(inputs) if inputs is not None and np.isfinite(inputs) else 1
+        inputs_us = per_input * max(0, min(inputs, int(args)) - 1)  # the probe's cost of each input after the first
+        weights = max(0.0, float(args) - max(1, inputs))
         out_bytes = run.get("output_bytes", 0)
         out_bytes = float(out_bytes) if out_bytes is not None and np.isfinite(out_bytes) else 0.0
         alloc_us = probe.get("alloc_us_per_byte", 0.0) * out_bytes
@@ -154,15 +162,15 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
                 continue
             if not isinstance(keys, list) or not keys or not isinstance(times, list) or len(times) != len(keys):
                 continue
-            rows.append((float(e2e), float(np.sum(times)) + alloc_us, len(keys), max(0.0, float(args) - 1)))
+            rows.append((float(e2e), float(np.sum(times)) + alloc_us + inputs_us, len(keys), weights))
             continue
         if not isinstance(keys, list) or not keys or any(str(k) not in measured for k in keys):
             continue
         times = measured
         if in_model and model_runs_in_model([by_key[str(k)] for k in keys], l2):
             times = {k: in_model.get(k, us) for k, us in measured.items()}  # as the cost table prices it
-        kernels = sum(times[str(k)] for k in keys) + alloc_us
-        rows.append((float(e2e), kernels, len(keys), max(0.0, float(args) - 1)))
+        kernels = sum(times[str(k)] for k in keys) + alloc_us + inputs_us
+        rows.append((float(e2e), kernels, len(keys), weights))
     if len(rows) < MIN_OVERHEAD_RUNS or sum(r[2] > 1 for r in rows) < 3:
         return None
     e2e, kernels, calls, extra_args = (np.array(c, dtype=float) for c in zip(*rows))
@@ -175,7 +183,15 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
     fit = scipy.optimize.least_squares(relative_error, np.clip(start, 0.0, None), bounds=(0.0, np.inf),
                                        loss="soft_l1", f_scale=OVERHEAD_FIT_SCALE)
     invoke, launch, per_arg = (float(v) for v in fit.x)
-    return dict(invoke_us=invoke, launch_us=launch, per_arg_us=per_arg, runs=len(rows))
+    return dict(invoke_us=invoke, launch_us=launch, per_arg_us=per_arg, per_input_us=per_input, runs=len(rows))
+
+
+def _arguments_us(fit: dict, num_args: int, num_inputs: int) -> float:
+    """What a fitted overhead (:func:`fit_vm_overhead`) adds for ``main``'s arguments after the first: each input
+    after the first the probe's cost, each weight the fitted one."""
+    inputs = max(1, min(int(num_inputs), int(num_args)))
+    return (fit.get("per_input_us", fit["per_arg_us"]) * (inputs - 1)
+            + fit["per_arg_us"] * max(0, int(num_args) - inputs))
 
 
 def in_model_times(units: pd.DataFrame) -> tuple[dict, int | None]:
@@ -916,15 +932,19 @@ class CostTable:
         )
 
     def invoke_us(self, target_label: str, default: float | None = None, *, num_args: int = 1,
-                  output_bytes: int = 0, in_context: bool = False) -> float:
+                  output_bytes: int = 0, in_context: bool = False, num_inputs: int = 1) -> float:
         """Fixed VM cost of one call of a model's ``main`` on a device, in microseconds (besides its
         kernel launches): the launch record's ``single_call_us`` less one launch, plus ``per_arg_us``
         for each argument beyond the first and ``alloc_us_per_byte`` for the returned tensors (where
-        the profile measured them). Same fallbacks as :meth:`launch_us`."""
+        the profile measured them). Where the overhead was fitted to end-to-end records
+        (:func:`fit_vm_overhead`), each input of ``main`` after the first costs the probe's ``per_arg_us`` (its
+        ``main`` takes inputs) and each of the ``num_args - num_inputs`` weights the fitted ``per_arg_us``.
+        Same fallbacks as :meth:`launch_us`."""
         label = str(target_label)
+        inputs = max(1, min(int(num_inputs), int(num_args)))
         if in_context and label in self.overhead_fit_in_context_:
             fit = self.overhead_fit_in_context_[label]
-            return (fit["invoke_us"] + fit["per_arg_us"] * max(0, int(num_args) - 1)
+            return (fit["invoke_us"] + _arguments_us(fit, num_args, inputs)
                     + self.alloc_.get(label, 0.0) * max(0, int(output_bytes)))
         if label not in self.invoke_:
             same = sorted(k for k in self.invoke_ if kind_of_label(k) == kind_of_label(label))
@@ -933,7 +953,9 @@ class CostTable:
                     return float(default)
                 raise KeyError(f"no launch record with single_call_us for {label!r}; profile with copies enabled")
             label = same[0]
-        extra = self.per_arg_.get(label, 0.0) * max(0, int(num_args) - 1)
+        fit = self.overhead_fit_.get(label)
+        extra = (_arguments_us(fit, num_args, inputs) if fit is not None
+                 else self.per_arg_.get(label, 0.0) * max(0, int(num_args) - 1))
         extra += self.alloc_.get(label, 0.0) * max(0, int(output_bytes))
         return self.invoke_[label] + extra
 

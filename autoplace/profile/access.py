@@ -208,3 +208,37 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
             "with_strides": sum(v["read_strides"] is not None for v in found.values()), "models": len(built),
             "skipped_models": sorted(m for m in models if m and m not in built),
             "seconds": round(time.monotonic() - started, 1)}
+
+
+def backfill_model_inputs(store, *, progress: bool = True) -> dict:
+    """Add ``num_inputs`` (how many of ``main``'s ``num_args`` arguments are the model's inputs, the rest its weights:
+    the VM's cost of each differs, :func:`autoplace.cost_model.table.fit_vm_overhead`) to the profile's end-to-end
+    records made before records carried it. Nothing is timed: the models are built again by name (zoo,
+    architecture suite, stride grid) and the counts written to the store's
+    :attr:`~autoplace.profile.ProfileStore.UNIT_FIELDS` file. Models that cannot be rebuilt by name are left without
+    (priced as one input).
+
+    Returns
+    -------
+    dict
+        ``models`` (names lacking the field), ``added``, ``skipped_models``, ``seconds``.
+    """
+    import time
+    import warnings
+
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = store.load().records
+    added = store.unit_fields()
+    lacking = sorted({str(r.get("key")) for r in records if r.get("kind") == "model" and r.get("num_inputs") is None
+                      and "num_inputs" not in added.get(r.get("key"), {})})
+    built = _models_named(lacking)
+    found = {name: {"num_inputs": int(built[name].num_input)}
+             for name in tqdm(sorted(built), desc="model inputs", unit="model", disable=not progress)}
+    if found:
+        store.add_unit_fields(found)
+    return {"models": len(lacking), "added": len(found), "skipped_models": sorted(set(lacking) - set(built)),
+            "seconds": round(time.monotonic() - started, 1)}

@@ -483,10 +483,11 @@ def model_placement(model, graph, targets: TargetSet, name: str):
 
 
 def model_fields(model, units, placement, kind: str) -> dict:
-    """A ``model`` record without its timing: the kernels the model launches, its ops, arguments and output."""
+    """A ``model`` record without its timing: the kernels the model launches, its ops, arguments (``num_args``, of
+    which ``num_inputs`` are the model's inputs, the rest its weights) and output."""
     return dict(kind="model", key=model.name, target=kind, unit_keys=[u.key for u in units],
                 ops=sum(1 for _, d in placement.graph.nodes(data=True) if d.get("kind") == "op"),
-                num_args=len(placement.mod["main"].params),
+                num_args=len(placement.mod["main"].params), num_inputs=int(model.num_input),
                 output_bytes=int(placement.graph.nodes["output"].get("output_bytes", 0)))
 
 

@@ -141,10 +141,14 @@ class ProfileStore:
 
     RECORDS = "records.jsonl"
     METADATA = "metadata.json"
-    #: Descriptions of kernels added after they were timed (``{unit key: {field: value}}``, e.g. the
-    #: ``read_strides`` of :func:`autoplace.profile.access.backfill_read_strides`): merged into the unit records
-    #: of those keys that lack the field when the store is read; the timed records themselves are never rewritten.
+    #: Descriptions of kernels and models added after they were timed (``{unit key or model name: {field: value}}``,
+    #: e.g. the ``read_strides`` of :func:`autoplace.profile.access.backfill_read_strides`, the ``num_inputs`` of
+    #: :func:`autoplace.profile.access.backfill_model_inputs`): merged into the unit and model records of those keys
+    #: that lack the field when the store is read; the timed records themselves are never rewritten.
     UNIT_FIELDS = "unit_fields.json"
+    #: The fields of :attr:`UNIT_FIELDS` that describe model records (the others describe kernels): a model and a
+    #: kernel of the same key each get only their own.
+    MODEL_FIELDS = frozenset({"num_inputs"})
 
     def __init__(self, path: str, metadata: dict | None = None):
         self.path = path
@@ -303,9 +307,10 @@ class ProfileStore:
             report.records.append(dict(record))  # a copy: the cached one stays as the file says
         added = self.unit_fields()
         for record in report.records if added else ():
-            extra = added.get(record.get("key")) if record.get("kind") == "unit" else None
+            kind = record.get("kind")
+            extra = added.get(record.get("key")) if kind in ("unit", "model") else None
             for name, value in (extra or {}).items():
-                if record.get(name) is None:
+                if (name in self.MODEL_FIELDS) == (kind == "model") and record.get(name) is None:
                     record[name] = value
         if report.skipped:
             warnings.warn(
