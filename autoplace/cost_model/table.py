@@ -941,10 +941,9 @@ class CostTable:
         ``main`` takes inputs) and each of the ``num_args - num_inputs`` weights the fitted ``per_arg_us``.
         Same fallbacks as :meth:`launch_us`."""
         label = str(target_label)
-        inputs = max(1, min(int(num_inputs), int(num_args)))
         if in_context and label in self.overhead_fit_in_context_:
             fit = self.overhead_fit_in_context_[label]
-            return (fit["invoke_us"] + _arguments_us(fit, num_args, inputs)
+            return (fit["invoke_us"] + _arguments_us(fit, num_args, num_inputs)
                     + self.alloc_.get(label, 0.0) * max(0, int(output_bytes)))
         if label not in self.invoke_:
             same = sorted(k for k in self.invoke_ if kind_of_label(k) == kind_of_label(label))
@@ -954,7 +953,7 @@ class CostTable:
                 raise KeyError(f"no launch record with single_call_us for {label!r}; profile with copies enabled")
             label = same[0]
         fit = self.overhead_fit_.get(label)
-        extra = (_arguments_us(fit, num_args, inputs) if fit is not None
+        extra = (_arguments_us(fit, num_args, num_inputs) if fit is not None
                  else self.per_arg_.get(label, 0.0) * max(0, int(num_args) - 1))
         extra += self.alloc_.get(label, 0.0) * max(0, int(output_bytes))
         return self.invoke_[label] + extra
