@@ -61,6 +61,29 @@ def test_units_say_whether_a_fused_reshape_transpose_chain_reads_in_order_or_dow
     assert feats["read_strided_share"] == 1.0 and feats["read_stride"] > 5.9
     assert record_features(unit_record(split[0], None, "bert", "llvm", {}))["read_strided_share"] == 0.0
     assert np.isnan(record_features({**record, "read_strides": None})["read_stride"])  # older records: unknown
+    # How far each read runs on contiguously: the query split in rows of 32, the key in single elements, the residual
+    # in one run of the whole tensor.
+    assert split[0].read_runs == [32.0] and key[0].read_runs == [1.0] and residual[0].read_runs == [1024.0, 1024.0]
+    assert feats["read_run"] == 0.0 and feats["read_run_count"] == np.log2(1 + 1024)  # 1024 runs of one element
+    assert np.isnan(record_features({**record, "read_runs": None})["read_run"])
+
+
+def test_a_window_partition_reads_in_window_rows_where_a_reshape_copies_in_one_run():
+    """Swin's window partition and the reshape beside it both read with stride 1 (the same features before
+    ``read_runs``), but the partition jumps to the next map row after each window row: 4.4x the copy's time on the
+    Zen 5 at (1, 16, 16, 48) -> (16, 16, 48)."""
+    from autoplace.cost_model import record_features
+    from autoplace.profile.job import unit_record
+
+    units = {u.func_name: u for u in extract_units(zoo.get("swin"), "llvm")}
+    window = [u for name, u in units.items() if "transpose" in name and u.arg_shapes == [(1, 64, 16), (4, 16, 16)]]
+    copy = [u for u in units.values() if u.arg_shapes == [(1, 64, 16), (64, 16)]]
+    assert window and copy
+    assert window[0].read_strides == copy[0].read_strides == [1.0]
+    assert window[0].read_runs == [64.0]  # a window's row: 4 tokens x 16 channels of the 8 x 8 map
+    assert copy[0].read_runs == [1024.0]
+    runs = [record_features(unit_record(u, None, "swin", "llvm", {}))["read_run_count"] for u in (window[0], copy[0])]
+    assert runs == [np.log2(1 + 16), 1.0]
 
 
 def test_hardware_id_tells_apart_cpus_a_virtual_machine_names_alike():
@@ -152,7 +175,7 @@ def test_kernel_descriptions_added_later_are_merged_into_the_records_that_lack_t
 
 def test_the_back_fill_describes_the_current_kernels_and_skips_older_schedules(tmp_path):
     from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
-    from autoplace.profile.access import backfill_read_strides
+    from autoplace.profile.access import backfill_read_access
 
     units = extract_units(zoo.get("mlp"), "llvm")
     store = ProfileStore(str(tmp_path / "p"))
@@ -163,14 +186,14 @@ def test_the_back_fill_describes_the_current_kernels_and_skips_older_schedules(t
                       model="no-such-model", cpu_schedule=SCHEDULE_VERSION - 1))
     store.append(dict(kind="unit", key="llvm-size-no-longer-drawn", target="llvm", status="ok", median_us=1.0,
                       model="mlp", cpu_schedule=SCHEDULE_VERSION))
-    report = backfill_read_strides(store, progress=False)
+    report = backfill_read_access(store, progress=False)
     assert report["kernels"] == len({u.key for u in units}) + 1 and report["unmatched"] == 1
     assert report["skipped_models"] == []  # the older schedule's record is not looked for at all
     fields = store.unit_fields()
     assert set(fields) == {u.key for u in units} | {"llvm-size-no-longer-drawn"}
     assert all(fields[u.key]["read_strides"] == u.read_strides for u in units)
     assert fields["llvm-size-no-longer-drawn"]["read_strides"] is None
-    again = backfill_read_strides(store, progress=False)  # done once, never again: no model rebuilt for the stale key
+    again = backfill_read_access(store, progress=False)  # done once, never again: no model rebuilt for the stale key
     assert again["kernels"] == 0 and again["models"] == 0
 
 def test_end_to_end_records_say_which_arguments_are_inputs_and_older_ones_are_told(tmp_path):

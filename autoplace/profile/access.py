@@ -53,13 +53,24 @@ def _flat(index: list[int], shape: list[int]) -> int:
     return flat
 
 
-def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | None:
-    """For each input argument of ``func``, the median step of its read index (in elements) when the output
-    index steps by one along its innermost axis; None when the kernel is not purely spatial (a reduction, a
-    matmul: their own features describe them) or its indices cannot be followed.
+def read_access(func: tirx.PrimFunc, num_outputs: int = 1) -> dict | None:
+    """How each input argument of ``func`` is read as the output is written in order; None when the kernel is not
+    purely spatial (a reduction, a matmul: their own features describe them) or its indices cannot be followed.
 
-    A copy reads with stride 1, a broadcast with 0, a transpose with a row's length. Arguments the output does
-    not read along (a scalar) count 0; an argument read several times counts its largest stride.
+    Returns
+    -------
+    dict
+        ``read_strides``: per input, the median step of its read index (in elements) when the output index steps
+        by one along its innermost axis. A copy reads with stride 1, a broadcast with 0, a transpose with a row's
+        length. Arguments the output does not read along (a scalar) count 0; an argument read several times
+        counts its largest stride.
+
+        ``read_runs``: per input, the median number of output elements written while its read index runs on
+        contiguously (each output step one element further on): the output's innermost axes, taken from the
+        innermost outward for as long as each continues the run of those inside it. A copy reads all of its input
+        in one run, a window partition ``(1, 8, 8, 96) -> (4, 16, 96)`` in runs of 4 x 96 (a window's row), a
+        transpose read down columns in runs of 1 (a broadcast along the innermost axis: 1 too; its stride says
+        it). Both carry the same read-stride 1 for the first two.
     """
     blocks = _blocks(func)
     names = [p.name for p in func.params]
@@ -112,22 +123,66 @@ def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | Non
         memo[buffer, index] = found
         return found
 
+    def by_input(index: tuple) -> dict:
+        read = {}
+        for buf, flat in reads(out, index):
+            read.setdefault(buf, []).append(flat)
+        return read
+
+    def step(here: dict, there: dict, name: str) -> int | None:
+        a, b = here.get(name, []), there.get(name, [])
+        if not a or not b:
+            return 0 if not a and not b else None
+        return max(abs(y - x) for x, y in zip(a, b)) if len(a) == len(b) else None
+
     rng = np.random.default_rng(0)
-    steps = [[] for _ in inputs]
+    positions = [[int(rng.integers(0, d)) for d in out_shape[:-1]] + [int(rng.integers(0, out_shape[-1] - 1))]
+                 for _ in range(SAMPLES)]
+    strides = [[] for _ in inputs]
     try:
-        for _ in range(SAMPLES):
-            at = [int(rng.integers(0, d)) for d in out_shape[:-1]] + [int(rng.integers(0, out_shape[-1] - 1))]
-            here, there = {}, {}
-            for buf, flat in reads(out, tuple(at)):
-                here.setdefault(buf, []).append(flat)
-            for buf, flat in reads(out, (*at[:-1], at[-1] + 1)):
-                there.setdefault(buf, []).append(flat)
-            for name, step in zip(inputs, steps):
-                a, b = here.get(name, []), there.get(name, [])
-                step.append(max(abs(y - x) for x, y in zip(a, b)) if a and len(a) == len(b) else 0)
+        for at in positions:
+            here, there = by_input(tuple(at)), by_input((*at[:-1], at[-1] + 1))
+            for name, stride in zip(inputs, strides):
+                stride.append(step(here, there, name) or 0)
     except Exception:  # any TVM error too: the kernel is not analysed
         return None
-    return [float(np.median(step)) for step in steps]
+    memo.clear()  # the runs follow more positions: a budget of their own
+    try:
+        runs = [[_run(by_input, step, at, out_shape, name) for at in positions] for name in inputs]
+    except Exception:
+        runs = None  # too many reads to follow: the strides stand without
+    return {"read_strides": [float(np.median(s)) for s in strides],
+            "read_runs": None if runs is None else [float(np.median(r)) for r in runs]}
+
+
+def _run(by_input, step, at: list, out_shape: list, name: str) -> int:
+    """The output elements around ``at`` written while input ``name`` is read on contiguously: from the innermost
+    output axis outward, the longest aligned block of each axis (a divisor of its extent) containing ``at`` over
+    which the read index moves on by the run so far per step (its ends that far apart); an axis only partly covered
+    ends the run."""
+    run = 1
+    for axis in reversed(range(len(out_shape))):
+        extent = out_shape[axis]
+        if extent == 1:
+            continue
+        block = 1
+        for length in sorted((n for n in range(2, extent + 1) if extent % n == 0), reverse=True):
+            first, last = list(at), list(at)
+            first[axis] = at[axis] // length * length
+            last[axis] = first[axis] + length - 1
+            if step(by_input(tuple(first)), by_input(tuple(last)), name) == run * (length - 1):
+                block = length
+                break
+        run *= block
+        if block < extent:
+            break
+    return run
+
+
+def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | None:
+    """The ``read_strides`` of :func:`read_access` (None: not analysed)."""
+    access = read_access(func, num_outputs)
+    return None if access is None else access["read_strides"]
 
 
 def _models_named(names) -> dict:
@@ -151,11 +206,13 @@ def _models_named(names) -> dict:
     return built
 
 
-def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = True) -> dict:
-    """Add :func:`read_strides` to the profile's ``target_kind`` kernels timed before records carried it.
+def backfill_read_access(store, *, target_kind: str = "llvm", progress: bool = True) -> dict:
+    """Add :func:`read_access` (``read_strides``, ``read_runs``) to the profile's ``target_kind`` kernels timed before
+    records carried it (``read_runs`` came later than ``read_strides``: a kernel lacking it is analysed again; the
+    strides a record carries itself stay).
 
     The kernels are extracted again (no timing) from the models their records name, compiled for the profile's
-    CPU (``metadata.json``'s ``llvm_cpu``, so that the kernels' keys match), and the strides of the keys the
+    CPU (``metadata.json``'s ``llvm_cpu``, so that the kernels' keys match), and the fields of the keys the
     records lack are written to the store's :attr:`~autoplace.profile.ProfileStore.UNIT_FIELDS` file, which
     :meth:`~autoplace.profile.ProfileStore.records` merges in. Kernels of models that cannot be rebuilt by
     name (model files) are left without.
@@ -163,11 +220,10 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
     Returns
     -------
     dict
-        ``kernels`` (keys lacking the field; on the CPU, of the current CPU schedule version only, as training
-        uses), ``added`` (keys analysed now: with strides, or None for kernels that are not data movement),
+        ``kernels`` (keys lacking the fields; on the CPU, of the current CPU schedule version only, as training
+        uses), ``added`` (keys analysed now: with fields, or None for kernels that are not data movement),
         ``unmatched`` (keys no rebuilt model gave: op-family sizes no longer drawn; recorded as None, not looked
-        for again), ``with_strides``, ``models``
-        (rebuilt), ``skipped_models``, ``seconds``.
+        for again), ``with_strides``, ``with_runs``, ``models`` (rebuilt), ``skipped_models``, ``seconds``.
     """
     import time
     import warnings
@@ -188,24 +244,27 @@ def backfill_read_strides(store, *, target_kind: str = "llvm", progress: bool = 
         kernels = [r for r in kernels if r.get("cpu_schedule") == newest]
     lacking, models = set(), set()
     for r in kernels:
-        if r.get("read_strides") is None and "read_strides" not in analysed.get(r.get("key"), {}):
+        if r.get("read_runs") is None and "read_runs" not in analysed.get(r.get("key"), {}):
             lacking.add(r.get("key"))
             models.add(r.get("model"))
     cpu = store.metadata.get("llvm_cpu")
     spec = {"kind": "llvm", "mcpu": cpu} if target_kind == "llvm" and cpu else target_kind
     built = _models_named(m for m in models if m)
     found = {}
-    for name in tqdm(sorted(built), desc="read strides", unit="model", disable=not progress):
+    for name in tqdm(sorted(built), desc="read access", unit="model", disable=not progress):
         for unit in extract_units(built[name], spec):
             if unit.key in lacking and unit.key not in found:
-                found[unit.key] = {"read_strides": unit.read_strides}
+                found[unit.key] = {"read_strides": unit.read_strides, "read_runs": unit.read_runs}
     # Keys no rebuilt model gives (sizes no longer drawn) are written as None too, so that the next run does not
     # rebuild their models to look for them again; the features read None and a missing field alike (NaN).
-    unmatched = {key: {"read_strides": None} for key in lacking if key not in found}
+    unmatched = {key: {"read_runs": None} for key in lacking if key not in found}
+    for key, fields in unmatched.items():
+        fields.setdefault("read_strides", analysed.get(key, {}).get("read_strides"))
     if found or unmatched:
         store.add_unit_fields({**found, **unmatched})
     return {"kernels": len(lacking), "added": len(found), "unmatched": len(unmatched),
-            "with_strides": sum(v["read_strides"] is not None for v in found.values()), "models": len(built),
+            "with_strides": sum(v["read_strides"] is not None for v in found.values()),
+            "with_runs": sum(v["read_runs"] is not None for v in found.values()), "models": len(built),
             "skipped_models": sorted(m for m in models if m and m not in built),
             "seconds": round(time.monotonic() - started, 1)}
 

@@ -79,6 +79,7 @@ def unit_record(unit, graph, model_name: str, target_kind: str, result: dict) ->
         weight_args=list(unit.weight_args),
         weight_bytes=unit.weight_bytes,
         read_strides=getattr(unit, "read_strides", None),
+        read_runs=getattr(unit, "read_runs", None),
         flops=float(sum(d.get("flops", 0.0) for d in nodes)) if graph is not None else math.nan,
         bytes_in=unit.nbytes_in,
         bytes_out=unit.nbytes_out,

@@ -142,7 +142,7 @@ class ProfileStore:
     RECORDS = "records.jsonl"
     METADATA = "metadata.json"
     #: Descriptions of kernels and models added after they were timed (``{unit key or model name: {field: value}}``,
-    #: e.g. the ``read_strides`` of :func:`autoplace.profile.access.backfill_read_strides`, the ``num_inputs`` of
+    #: e.g. the ``read_strides`` and ``read_runs`` of :func:`autoplace.profile.access.backfill_read_access`, the ``num_inputs`` of
     #: :func:`autoplace.profile.access.backfill_model_inputs`): merged into the unit and model records of those keys
     #: that lack the field when the store is read; the timed records themselves are never rewritten.
     UNIT_FIELDS = "unit_fields.json"

@@ -28,8 +28,8 @@ from ..graph.view import _flat_tensors, _shape
 from ..targets import TargetSet
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
-#: ``{unit key: read strides}`` of the kernels analysed in this process (:attr:`Unit.read_strides`).
-_READ_STRIDES: dict = {}
+#: ``{unit key: read access}`` of the kernels analysed in this process (:attr:`Unit.read_access`).
+_READ_ACCESS: dict = {}
 
 
 @dataclass
@@ -49,16 +49,26 @@ class Unit:
     unscheduled: object = field(default=None, repr=False)  # the PrimFunc before scheduling (None: not kept)
 
     @property
-    def read_strides(self) -> list | None:
-        """How the kernel reads each input as it writes its output in order (:func:`~.access.read_strides`);
-        None when not analysed."""
+    def read_access(self) -> dict | None:
+        """How the kernel reads each input as it writes its output in order (:func:`~.access.read_access`:
+        ``read_strides``, ``read_runs``); None when not analysed."""
         if self.unscheduled is None:
             return None
-        if self.key not in _READ_STRIDES:  # a model repeats its layers' kernels: analyse each once
-            from .access import read_strides
+        if self.key not in _READ_ACCESS:  # a model repeats its layers' kernels: analyse each once
+            from .access import read_access
 
-            _READ_STRIDES[self.key] = read_strides(self.unscheduled, self.num_outputs)
-        return _READ_STRIDES[self.key]
+            _READ_ACCESS[self.key] = read_access(self.unscheduled, self.num_outputs)
+        return _READ_ACCESS[self.key]
+
+    @property
+    def read_strides(self) -> list | None:
+        """Per input, its read index's step per output step (:func:`~.access.read_access`); None: not analysed."""
+        return (self.read_access or {}).get("read_strides")
+
+    @property
+    def read_runs(self) -> list | None:
+        """Per input, the output elements written per contiguous run of its reads (:func:`~.access.read_access`)."""
+        return (self.read_access or {}).get("read_runs")
 
     @property
     def weight_bytes(self) -> int:
