@@ -64,8 +64,11 @@ def test_units_say_whether_a_fused_reshape_transpose_chain_reads_in_order_or_dow
     # How far each read runs on contiguously: the query split in rows of 32, the key in single elements, the residual
     # in one run of the whole tensor.
     assert split[0].read_runs == [32.0] and key[0].read_runs == [1.0] and residual[0].read_runs == [1024.0, 1024.0]
-    assert feats["read_run"] == 0.0 and feats["read_run_count"] == np.log2(1 + 1024)  # 1024 runs of one element
-    assert np.isnan(record_features({**record, "read_runs": None})["read_run"])
+    assert np.isnan(feats["read_run"])  # read down columns: the stride says it
+    split_feats = record_features(unit_record(split[0], None, "bert", "llvm", {}))
+    assert split_feats["read_run"] == 5.0 and split_feats["read_run_count"] == np.log2(1 + 1024 / 32)
+    assert np.isnan(record_features(unit_record(residual[0], None, "bert", "llvm", {}))["read_run"])  # one run: a copy
+    assert np.isnan(record_features({**unit_record(split[0], None, "bert", "llvm", {}), "read_runs": None})["read_run"])
 
 
 def test_a_window_partition_reads_in_window_rows_where_a_reshape_copies_in_one_run():
@@ -83,7 +86,7 @@ def test_a_window_partition_reads_in_window_rows_where_a_reshape_copies_in_one_r
     assert window[0].read_runs == [64.0]  # a window's row: 4 tokens x 16 channels of the 8 x 8 map
     assert copy[0].read_runs == [1024.0]
     runs = [record_features(unit_record(u, None, "swin", "llvm", {}))["read_run_count"] for u in (window[0], copy[0])]
-    assert runs == [np.log2(1 + 16), 1.0]
+    assert runs[0] == np.log2(1 + 16) and np.isnan(runs[1])  # 16 window rows; the copy: one run, no run features
 
 
 def test_hardware_id_tells_apart_cpus_a_virtual_machine_names_alike():

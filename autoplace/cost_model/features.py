@@ -785,10 +785,13 @@ def feature_names() -> list[str]:
 #: copies rows in order (40-70 ps an element on the Zen 3) or reads down columns (180-340 ps). NaN for kernels
 #: that are not purely spatial (matmul, convolution, reductions: other features describe their reads) and for
 #: records profiled before the field existed. Added after :data:`SCHEDULE_FEATURES` (no earlier feature changed).
-#: Then, from ``read_runs``, for the input with the most elements: log2 of the output elements written per
-#: contiguous run of its reads, and log2(1 + the runs it takes to write the output). A stride of 1 does not tell a
-#: copy (one run) from a window partition read in window rows (swin's ``(1, 16, 16, 48) -> (16, 16, 48)``: runs
-#: of 4 x 48, 4.4x the copy's time on the Zen 5). NaN without ``read_runs``.
+#: Then, from ``read_runs``, for the input with the most elements when it is read in order (stride 1) but not in one
+#: run: log2 of the output elements written per contiguous run of its reads, and log2(1 + the runs it takes to write
+#: the output). A stride of 1 does not tell a copy (one run) from a window partition read in window rows (swin's
+#: ``(1, 16, 16, 48) -> (16, 16, 48)``: runs of 4 x 48, 4.4x the copy's time on the Zen 5). NaN for every other
+#: kernel (copies, broadcasts, transposes read down columns: the strides say those) and without ``read_runs``:
+#: given to every kernel, the run features let the trees split tiny kernels of the small decoders on them, whose
+#: times are their calls' fixed cost (leaving llama out, its kernel Spearman fell from 0.960 to 0.942; session 54).
 READ_FEATURES = ("read_stride", "read_strided_share", "read_run", "read_run_count")
 
 
@@ -805,11 +808,13 @@ def read_features(record: Mapping) -> dict:
     strided = sum(n for n, x in zip(sizes, strides) if x not in (0.0, 1.0))
     feats.update(read_stride=_log2(max(strides)), read_strided_share=strided / total)
     runs = _get(record, "read_runs", None)
-    if runs is not None and not isinstance(runs, float) and len(runs) == len(strides):
+    if runs is not None and not isinstance(runs, float) and len(runs) == len(strides) == len(sizes):
         n_out = int(_get(record, "num_outputs", 1) or 1)
         out_elements = _prod(shapes[-n_out]) if len(shapes) > n_out else 0
-        run = min((float(r) for n, r in zip(sizes, runs) if n == max(sizes)), default=math.nan)
-        if out_elements and run >= 1:
+        # the largest input (of those as large, the one read in the shortest runs)
+        largest = max(range(len(strides)), key=lambda i: (sizes[i], -float(runs[i])))
+        run = float(runs[largest])
+        if strides[largest] == 1.0 and 1 <= run < out_elements:
             feats.update(read_run=math.log2(run), read_run_count=math.log2(1 + out_elements / run))
     return feats
 
