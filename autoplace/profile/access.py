@@ -6,8 +6,10 @@ along an input (a copy, which vectorises: 40-70 ps an element on the Zen 3), sta
 a whole row (a transpose, read down a column: 180-340 ps an element). The op names and shapes a profile record
 carries cannot tell these apart (a BERT head split ``(16, 64) -> (2, 16, 32)`` reads in order, the key's
 ``(16, 64) -> (2, 32, 16)`` reads down columns), so the profiler records the input strides themselves
-(:func:`read_strides`), measured on the kernel's unscheduled PrimFunc by evaluating its index expressions at a
-few output positions and following them through intermediate buffers back to the kernel's arguments.
+and how far each input is read in one run (a window partition reads in order, like a copy, but only a window's
+row at a time) (:func:`read_access`), measured on the kernel's unscheduled PrimFunc by evaluating its index
+expressions at a few output positions and following them through intermediate buffers back to the kernel's
+arguments.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ def read_access(func: tirx.PrimFunc, num_outputs: int = 1) -> dict | None:
         counts its largest stride.
 
         ``read_runs``: per input, the median number of output elements written while its read index runs on
-        contiguously (each output step one element further on): the output's innermost axes, taken from the
-        innermost outward for as long as each continues the run of those inside it. A copy reads all of its input
+        contiguously (each output step one element further on; :func:`_run`: aligned blocks of the output's axes,
+        from the innermost outward, for as long as each continues the run of those inside it). A copy reads all of its input
         in one run, a window partition ``(1, 8, 8, 96) -> (4, 16, 96)`` in runs of 4 x 96 (a window's row), a
         transpose read down columns in runs of 1 (a broadcast along the innermost axis: 1 too; its stride says
         it). Both carry the same read-stride 1 for the first two.
@@ -148,14 +150,16 @@ def read_access(func: tirx.PrimFunc, num_outputs: int = 1) -> dict | None:
         return None
     memo.clear()  # the runs follow more positions: a budget of their own
     try:
-        runs = [[_run(by_input, step, at, out_shape, name) for at in positions] for name in inputs]
+        # each axis's block lengths, longest first (the divisors of its extent)
+        lengths = [sorted((n for n in range(2, e + 1) if e % n == 0), reverse=True) for e in out_shape]
+        runs = [[_run(by_input, step, at, out_shape, lengths, name) for at in positions] for name in inputs]
     except Exception:
         runs = None  # too many reads to follow: the strides stand without
     return {"read_strides": [float(np.median(s)) for s in strides],
             "read_runs": None if runs is None else [float(np.median(r)) for r in runs]}
 
 
-def _run(by_input, step, at: list, out_shape: list, name: str) -> int:
+def _run(by_input, step, at: list, out_shape: list, lengths: list, name: str) -> int:
     """The output elements around ``at`` written while input ``name`` is read on contiguously: from the innermost
     output axis outward, the longest aligned block of each axis (a divisor of its extent) containing ``at`` over
     which the read index moves on by the run so far per step (its ends that far apart); an axis only partly covered
@@ -166,7 +170,7 @@ def _run(by_input, step, at: list, out_shape: list, name: str) -> int:
         if extent == 1:
             continue
         block = 1
-        for length in sorted((n for n in range(2, extent + 1) if extent % n == 0), reverse=True):
+        for length in lengths[axis]:
             first, last = list(at), list(at)
             first[axis] = at[axis] // length * length
             last[axis] = first[axis] + length - 1
@@ -177,12 +181,6 @@ def _run(by_input, step, at: list, out_shape: list, name: str) -> int:
         if block < extent:
             break
     return run
-
-
-def read_strides(func: tirx.PrimFunc, num_outputs: int = 1) -> list[float] | None:
-    """The ``read_strides`` of :func:`read_access` (None: not analysed)."""
-    access = read_access(func, num_outputs)
-    return None if access is None else access["read_strides"]
 
 
 def _models_named(names) -> dict:
@@ -257,9 +255,9 @@ def backfill_read_access(store, *, target_kind: str = "llvm", progress: bool = T
                 found[unit.key] = {"read_strides": unit.read_strides, "read_runs": unit.read_runs}
     # Keys no rebuilt model gives (sizes no longer drawn) are written as None too, so that the next run does not
     # rebuild their models to look for them again; the features read None and a missing field alike (NaN).
-    unmatched = {key: {"read_runs": None} for key in lacking if key not in found}
-    for key, fields in unmatched.items():
-        fields.setdefault("read_strides", analysed.get(key, {}).get("read_strides"))
+    # (their strides, where an earlier back-fill found them, stay)
+    unmatched = {key: {"read_strides": analysed.get(key, {}).get("read_strides"), "read_runs": None}
+                 for key in lacking if key not in found}
     if found or unmatched:
         store.add_unit_fields({**found, **unmatched})
     return {"kernels": len(lacking), "added": len(found), "unmatched": len(unmatched),
