@@ -414,21 +414,22 @@ def _vectorized(make, shapes):
             for f, rule in (schedule_prim_func(func, TARGET) for _, func in _prim_funcs(make, shapes))]
 
 
-@pytest.mark.parametrize("make,shape", [(lambda x: R.nn.softmax(x, axis=-1), (15, 8)),
+@pytest.mark.parametrize("make,shape", [(lambda x: R.nn.softmax(x, axis=-1), (15, 16)),
                                         (lambda x: R.nn.softmax(x, axis=-1), (3, 4, 16)),
                                         (lambda x: R.nn.layer_norm(x, relax.const(np.ones(16, "float32")),
                                                                    relax.const(np.zeros(16, "float32")), [-1]),
                                          (8, 16))])
-@pytest.mark.skipif(cs.vector_bits(TARGET) < 512, reason="rows of 8-16 float32 are short (one vector or less) only "
+@pytest.mark.skipif(cs.vector_bits(TARGET) < 512, reason="rows of 16 float32 are short (one vector) only "
                     "with 512-bit vectors; this CPU's are narrower, so they are vectorised anyway")
-def test_short_rows_of_a_row_reduction_kernel_can_be_vectorised_by_the_schedule(make, shape):
-    # off by default (SHORT_ROW_VECTORS: every profile was timed without it); on, the elementwise blocks' rows of
-    # one vector or less are vectorised loops, and the kernel computes the same numbers
+def test_short_rows_of_a_row_reduction_kernel_are_vectorised_by_the_schedule(make, shape):
+    # schedule version 12 (SHORT_ROW_VECTORS): the elementwise blocks' rows of one vector or less are vectorised
+    # loops, and the kernel computes the same numbers; version 11 left them to LLVM
+    # (rows of 16 also accumulate their reductions in 4 lanes: more vector loops on than off, not none off)
     (_name, func), = _prim_funcs(make, [shape])
-    assert "T.vectorized" not in schedule_prim_func(func, TARGET)[0].script()
-    with mock.patch.object(cs, "SHORT_ROW_VECTORS", True):
-        assert check(make, [shape], rules={"RowReduction"}) == ["RowReduction"]
-        assert "T.vectorized" in schedule_prim_func(func, TARGET)[0].script()
+    assert check(make, [shape], rules={"RowReduction"}) == ["RowReduction"]
+    vector_loops = schedule_prim_func(func, TARGET)[0].script().count("T.vectorized")
+    with mock.patch.object(cs, "SHORT_ROW_VECTORS", False):
+        assert schedule_prim_func(func, TARGET)[0].script().count("T.vectorized") < vector_loops
 
 
 def test_row_reductions_accumulate_in_vector_lanes():
@@ -448,15 +449,18 @@ def test_row_reductions_accumulate_in_vector_lanes():
 def test_rows_no_vector_divides_reduce_in_full_vectors_and_a_scalar_tail():
     # schedule version 10: a ViT's 197 tokens, a mean over 17x17 (the two loops fused: 289 contiguous), a row of
     # 97, a max (its init is -inf, not 0), a layer norm: full vectors, the last partial one's elements one at a time
-    cases = [(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)]), (lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 17, 17)]),
-             (lambda x: R.sum(x, axis=[-1]), [(4, 97)]), (lambda x: R.max(x, axis=[-1]), [(5, 197)]),
-             (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(3, 101), (101,), (101,)])]
+    # (the kernel, its shapes, the elements a row)
+    cases = [(lambda x: R.nn.softmax(x, axis=-1), [(3, 197)], 197), (lambda x: R.mean(x, axis=[2, 3]), [(1, 6, 17, 17)], 289),
+             (lambda x: R.sum(x, axis=[-1]), [(4, 97)], 97), (lambda x: R.max(x, axis=[-1]), [(5, 197)], 197),
+             (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(3, 101), (101,), (101,)], 101)]
     lanes = cs.vector_bits(TARGET) // 32
-    for make, shapes in cases:
+    for make, shapes, row in cases:
         assert _vectorized(make, shapes) == [("RowReduction", True)], shapes
         (_, func), = _prim_funcs(make, shapes)
         scheduled, _ = schedule_prim_func(func, TARGET)
-        assert cs.vector_width(scheduled) == lanes, shapes  # the partitioned loop counts as a vector
+        # the partitioned loop counts as a vector (version 12: at most as many lanes as full steps along the row)
+        lanes_of_row = cs.odd_row_reduction_width([row], lanes, cs.RowReduction.ACCUMULATORS)[0]
+        assert lanes_of_row >= 4 and cs.vector_width(scheduled) == lanes_of_row, shapes
         loops = []
         tvm_ffi.structural_walk(scheduled.body, (tvm.tirx.For, loops.append), order="post")
         assert any(cs.PARTITION_HINT in loop.annotations for loop in loops), shapes
@@ -531,12 +535,20 @@ def test_partial_results_of_a_large_row_reduction_run_in_parallel():
         assert not _rf_rows_in_parallel(lambda x: R.sum(x, axis=[-1]), [(1024, 256)])
 
 
+@pytest.mark.parametrize("extents,width,fused", [([197], 8, 1), ([17, 17], 16, 2), ([49], 4, 1), ([1500], 16, 1),
+                                                 ([3, 5], 0, 1), ([30], 4, 1), ([4, 7, 7], 4, 2), ([240], 8, 1)])
+def test_odd_row_reduction_width(extents, width, fused):
+    # 8 float lanes, 2 accumulators: the last two loops fused where there are two; at most as many lanes as full
+    # steps along the row (version 12: 197 in 8 lanes, 289 in 16, 49 in 4), none under 16 elements (15)
+    assert cs.odd_row_reduction_width(extents, 8, 2) == (width, fused)
+
+
 @pytest.mark.parametrize("extents,width,fused", [([197], 8, 1), ([17, 17], 8, 2), ([49], 8, 1), ([1500], 16, 1),
                                                  ([3, 5], 0, 1), ([30], 0, 1), ([4, 7, 7], 8, 2)])
-def test_odd_row_reduction_width(extents, width, fused):
-    # 8 float lanes, 2 accumulators: the last two loops fused where there are two; two vectors from 32 steps of
-    # them (1500), none under four vectors (a row of 30)
-    assert cs.odd_row_reduction_width(extents, 8, 2) == (width, fused)
+def test_odd_row_reduction_width_of_version_11(extents, width, fused):
+    # two vectors from 32 steps of them (1500), none under four vectors (a row of 30)
+    with mock.patch.object(cs, "ODD_LANES_UP_TO_STEPS", False):
+        assert cs.odd_row_reduction_width(extents, 8, 2) == (width, fused)
 
 
 def test_vector_width_says_which_kernels_run_scalar():
@@ -558,12 +570,21 @@ def test_vector_width_says_which_kernels_run_scalar():
     assert rule == "Contraction" and cs.vector_width(scheduled) >= 17  # (its padded copy of the input: 19)
 
 
+@pytest.mark.parametrize("run,row,width", [(256, 256, 16), (512, 512, 16), (32, 32, 4), (3136, 3136, 16), (44, 7744, 4),
+                                           (56, 56, 4), (64, 64, 8), (197, 197, 0), (20, 20, 4), (12, 12, 0), (8, 8, 0),
+                                           (24, 24, 4), (48, 96, 8)])
+def test_row_reduction_width(run, row, width):
+    # 8 float lanes, 2 accumulators (version 12): at most as many lanes as vector steps along the row (256 in 16,
+    # 32 in 4, 64 in 8), halved until they divide the run (44 of a 7744-element row: 4); under 16 elements scalar
+    assert cs.row_reduction_width(run, 8, 2, row) == width
+
+
 @pytest.mark.parametrize("run,row,width", [(256, 256, 8), (512, 512, 16), (32, 32, 8), (3136, 3136, 16), (44, 7744, 4),
                                            (56, 56, 8), (197, 197, 0), (20, 20, 4), (12, 12, 0), (8, 8, 0)])
-def test_row_reduction_width(run, row, width):
-    # 8 float lanes, 2 accumulators: two vectors only where the row has 32 steps of them and they divide the run;
-    # rows under two vectors stay scalar
-    assert cs.row_reduction_width(run, 8, 2, row) == width
+def test_row_reduction_width_of_version_11(run, row, width):
+    # two vectors only where the row has 32 steps of them and they divide the run; rows under two vectors scalar
+    with mock.patch.object(cs, "LANES_UP_TO_STEPS", False):
+        assert cs.row_reduction_width(run, 8, 2, row) == width
 
 
 # ---------------------------------------------------------------------------------------------- injective

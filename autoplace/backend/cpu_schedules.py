@@ -91,7 +91,11 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    (:data:`ODD_ROW_PARTITION`; were scalar).
 #: 11: parallel loops of kernels no rule schedules (TOPI's cumsum) serial below :data:`UNSCHEDULED_PARALLEL_MIN_WORK`
 #:    output elements (:data:`SERIAL_SMALL_UNSCHEDULED`; were parallel whatever the work: a 2x64 cumsum 2.9 us).
-SCHEDULE_VERSION = 11
+#: 12: row reductions accumulated in at most as many lanes as they take vector steps along the row, rows no width
+#:    divides included (:data:`LANES_UP_TO_STEPS`, :data:`ODD_LANES_UP_TO_STEPS`: a row of 32 in 4 lanes, of 49 in
+#:    4; were 16 lanes for 32, scalar for 49), and the elementwise blocks of a row-reduction kernel over rows of
+#:    one vector or less vectorised along the row (:data:`SHORT_ROW_VECTORS`).
+SCHEDULE_VERSION = 12
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -1043,13 +1047,24 @@ ODD_ROW_REDUCTION = True
 
 def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None = None) -> int:
     """Lanes :class:`RowReduction` accumulates a row reduction in, for a contiguous run of ``run`` elements
-    (the reduced loops it splits) in a row of ``row`` (all reduced elements; default ``run``): the widest of
-    ``accumulators`` vectors that divides the run (a predicated tail would leave the loop scalar) and leaves
-    at least :data:`ROW_STEPS_PER_EXTRA_VECTOR` steps per row for more than one vector (the lanes are added
-    up one by one at the end), then one vector, down to half a vector (at least 4 lanes); 0 when none
-    divides the run, or the row is shorter than two vectors (it stays scalar: a layer norm over rows of 8
-    ran 1.2x slower in one vector than in scalar adds)."""
+    (the reduced loops it splits) in a row of ``row`` (all reduced elements; default ``run``); 0 when it stays
+    scalar.
+
+    Since schedule version 12 (:data:`LANES_UP_TO_STEPS`): the widest power of two up to ``accumulators``
+    vectors that leaves at least as many vector steps along the row as it has lanes (the lanes are added up
+    one scalar at a time at the end, a chain as long as the lanes), halved until it divides the run (a
+    predicated tail would leave the loop scalar), at least 4 lanes: rows under 16 stay scalar. Version 11:
+    the widest of ``accumulators`` vectors that divides the run and leaves :data:`ROW_STEPS_PER_EXTRA_VECTOR`
+    steps for more than one vector, then one vector, down to half a vector; rows shorter than two vectors
+    scalar."""
     row = run if row is None else row
+    if LANES_UP_TO_STEPS:
+        width = 1
+        while width * 2 <= lanes * max(1, accumulators) and (width * 2) ** 2 <= row:
+            width *= 2
+        while width >= 4 and run % width:
+            width //= 2
+        return width if width >= 4 else 0
     if row < 2 * lanes:
         return 0
     width = lanes * max(1, accumulators)
@@ -1060,6 +1075,13 @@ def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None
             return width
         width //= 2
     return 0
+
+
+#: Row reductions accumulate in at most as many lanes as they take vector steps along the row (schedule version
+#: 12, :func:`row_reduction_width`); False: version 11, a full vector from rows of two (a row of 32 in 16 lanes:
+#: 2 steps, then 16 dependent scalar adds). On the Zen 5 (16 lanes, ``experiments/short_rows.py``) a max over
+#: 512x32 ran 2.3x faster, softmax over 12x16x16 1.35x, over 8x32x32 1.2x, a layer norm over 128x128 1.25x.
+LANES_UP_TO_STEPS = True
 
 
 #: Run the rows of a vectorised row reduction's partial results (the ``rfactor`` block, its own loop nest) in
@@ -1077,6 +1099,12 @@ ODD_ROW_MIN_VECTORS = 4
 RF_VECTOR_STEP_WORK = 2
 
 
+#: Rows no vector width divides get the lanes of :data:`LANES_UP_TO_STEPS` too (at most as many as the full
+#: steps along the row, at least 4: a row of 49 in 4 lanes, not scalar); False: version 11's
+#: :data:`ODD_ROW_MIN_VECTORS`.
+ODD_LANES_UP_TO_STEPS = True
+
+
 def odd_row_reduction_width(extents: list[int], lanes: int, accumulators: int) -> tuple[int, int]:
     """``(lanes, loops fused)`` to accumulate a row reduction whose reduced loops have ``extents`` (innermost
     last) in full vectors when no vector width divides its rows (:func:`row_reduction_width` found none): the
@@ -1085,6 +1113,11 @@ def odd_row_reduction_width(extents: list[int], lanes: int, accumulators: int) -
     the run is shorter than :data:`ODD_ROW_MIN_VECTORS` vectors (it stays scalar)."""
     fused = 2 if len(extents) >= 2 else 1
     run = extents[-1] * (extents[-2] if fused == 2 else 1)
+    if ODD_LANES_UP_TO_STEPS:
+        width = 1
+        while width * 2 <= lanes * max(1, accumulators) and (width * 2) ** 2 <= run:
+            width *= 2
+        return (width, fused) if width >= 4 else (0, 1)
     if run < ODD_ROW_MIN_VECTORS * lanes:
         return 0, 1
     width = lanes * max(1, accumulators)
@@ -1193,21 +1226,28 @@ def vector_width(func: tirx.PrimFunc) -> int:
 
 
 #: The elementwise blocks of a row-reduction kernel (softmax's exp and divide, a norm's scale) over rows of at most
-#: one vector that a power-of-two width of 4 or more divides (a decode step's 8-key softmax, an 8x16 norm): the row
-#: loop vectorised by the schedule. False (the default, what every profile was timed with): left to LLVM's
-#: vectoriser, which vectorises across rows instead, and with fewer rows than lanes does so with masked gathers.
+#: one vector, from :data:`SHORT_ROW_MIN_ELEMENTS`, that a power-of-two width of 4 or more divides (an 8x16 norm, a
+#: Swin window's 16-token softmax): the row loop vectorised by the schedule. False (version 11): left to LLVM's vectoriser, which vectorises across rows instead, and with fewer rows than lanes does so with masked gathers.
 #: Tried in session 37 on the Zen 4 (one run, min of 2 x 7 repeats): a layer norm over 8x16 0.169 -> 0.087 us, an
 #: RMS norm over 8x16 0.145 -> 0.046, softmax 15x8 0.35 -> 0.27 (a 16x8 one takes 0.08 either way: the reductions
-#: keep their gathers), 23x16 0.62 -> 0.40, 12x16x16 5.5 -> 3.4; 13 other shapes 0.95-1.02x as fast. Not on yet: it changes
-#: many models' kernels, so the profile's end-to-end records must be timed again with it (``--redo unit model``).
-SHORT_ROW_VECTORS = False
+#: keep their gathers), 23x16 0.62 -> 0.40, 12x16x16 5.5 -> 3.4; 13 other shapes 0.95-1.02x as fast. On since schedule
+#: version 12 (with :data:`LANES_UP_TO_STEPS`).
+SHORT_ROW_VECTORS = True
+
+
+#: Shortest row :data:`SHORT_ROW_VECTORS` vectorises. Session 55 on the Zen 5 (16 lanes; one-op modules timed on
+#: and off in 5 interleaved rounds, min, less the ~0.55 us VM call): rows of 16 ran faster (a softmax over 64x16
+#: 0.83 -> 0.37 us, a layer norm 0.95 -> 0.57), rows of 8 within +-0.05 us (softmax over 15x8 0.23 -> 0.18, over
+#: 16x8 0.05 -> 0.10; convnext's layer norm over 1x8x8x8 0.12 -> 0.17 in ``experiments/short_rows.py``), rows of 4
+#: slower (a layer norm over 64x4 0.38 -> 0.48).
+SHORT_ROW_MIN_ELEMENTS = 16
 
 
 def _vectorize_short_row(sch: s_tir.Schedule, loop, lanes: int) -> bool:
-    """Vectorise ``loop`` (a block's last, spatial) when it is at most ``lanes`` long and a power-of-two width
-    of 4 or more divides it (whole, or split at that width); whether it did."""
+    """Vectorise ``loop`` (a block's last, spatial) when it is :data:`SHORT_ROW_MIN_ELEMENTS` to ``lanes`` long
+    and a power-of-two width of 4 or more divides it (whole, or split at that width); whether it did."""
     extent = _extent(sch, loop) or 0
-    width = _lanes(extent, lanes) if 4 <= extent <= lanes else 0
+    width = _lanes(extent, lanes) if max(4, SHORT_ROW_MIN_ELEMENTS) <= extent <= lanes else 0
     if width < 4 or width & (width - 1) or extent % width:
         return False
     if width < extent:
