@@ -801,6 +801,47 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     assert all(isinstance(r["parallel"], bool) for r in fresh.newest_good().values())
 
 
+def test_kernels_a_zen_now_compiles_without_gathers_are_timed_again_with_their_models(tmp_path, monkeypatch):
+    """ZEN_LLVM_FEATURES change a kernel's code, not its key (its TIR): a record made before ZEN_FEATURES_VERSION
+    is kept only where LLVM's default build of the kernel had no gather or scatter. A kernel that had one is timed
+    again, and so is every model that launches it; the others are marked current without timing."""
+    from autoplace.backend.cpu_schedules import SCHEDULE_VERSION, ZEN_FEATURES_VERSION
+    from autoplace.profile import extract_units, job, profile_models
+    from autoplace.profile.cache_state import IN_MODEL_TIMING
+    from autoplace.profile.in_context import IN_CONTEXT_TIMING
+    from autoplace.profile.units import unit_key
+
+    model = zoo.get("mlp")
+    keys = [u.key for u in extract_units(model, "llvm")]
+    gathered = min(keys)
+    checked = []
+
+    def had_gathers(func):
+        checked.append(unit_key(func, "llvm"))
+        return checked[-1] == gathered
+
+    monkeypatch.setattr(job, "gathers_or_scatters_without_zen_features", had_gathers)
+    store = ProfileStore(str(tmp_path / "p"))
+    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=ZEN_FEATURES_VERSION - 1,
+               in_model_timing=IN_MODEL_TIMING, in_model_median_us=2.0)
+    for key in sorted(set(keys)):
+        store.append(dict(old, key=key))
+    store.append(dict(kind="model", key=model.name, target="llvm", status="ok", median_us=1e6, unit_keys=keys,
+                      in_context_timing=IN_CONTEXT_TIMING, in_context_us=[1.0] * len(keys)))
+    summary = profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
+    newest = store.newest_good()
+    assert sorted(checked) == sorted(set(keys))  # each old kernel compiled once
+    assert newest[("unit", gathered, "llvm")]["median_us"] != 2.0  # timed again
+    assert all(newest[("unit", k, "llvm")]["median_us"] == 2.0 for k in set(keys) - {gathered})  # kept, marked
+    assert {newest[("unit", k, "llvm")]["cpu_schedule"] for k in keys} == {SCHEDULE_VERSION}
+    assert newest[("model", model.name, "llvm")]["median_us"] < 1e6  # its model too
+    assert summary["measured"] >= 1
+    # the records are current now: nothing is compiled or timed again
+    checked.clear()
+    again = profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
+    assert checked == [] and again["measured"] == 0
+
+
 def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again(tmp_path):
     """A CPU kernel is also timed in-model (L2 evicted, its activation inputs read back: about as slow as warm
     or slower); the rounds of both are merged alike; a job times again the kernels whose records predate the

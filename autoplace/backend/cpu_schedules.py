@@ -94,7 +94,9 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 12: row reductions accumulated in at most as many lanes as they take vector steps along the row, rows no width
 #:    divides included (:data:`LANES_UP_TO_STEPS`, :data:`ODD_LANES_UP_TO_STEPS`: a row of 32 in 4 lanes, of 49 in
 #:    4; were 16 lanes for 32, scalar for 49), and the elementwise blocks of a row-reduction kernel over rows of
-#:    one vector or less vectorised along the row (:data:`SHORT_ROW_VECTORS`).
+#:    one vector or less vectorised along the row (:data:`SHORT_ROW_VECTORS`); an AMD Zen's kernels compiled with
+#:    :data:`ZEN_LLVM_FEATURES` (LLVM no longer vectorises their scalar loops across rows with gathers and scatters;
+#:    same TIR, so a job times again the kernels whose code that changes: :data:`ZEN_FEATURES_VERSION`).
 SCHEDULE_VERSION = 12
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
@@ -117,22 +119,75 @@ def host_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
+#: LLVM tuning features every CPU kernel for an AMD Zen (``mcpu`` ``znver*``) is compiled with (schedule version 12):
+#: LLVM's loop vectoriser otherwise vectorises loops TVM left scalar (a norm's rows, fully unrolled) *across* rows,
+#: reading and writing lanes a row apart with AVX-512 gathers and scatters, which Zen runs microcoded.
+#: ``experiments/llvm_scatter.py`` builds every distinct kernel of the zoo and the suite (604) with and without them
+#: on the Zen 5 (session 55): 27 compile differently, 25 of them kernels LLVM gave gathers or scatters; timed side by
+#: side, median 1.62x faster, llama-base's attention-mask kernel 10.5x, swin-base's patch merging 7.6x, a small
+#: llama's RMS norm over 8x32 5.4x (0.26 -> 0.05 us), mobilenetv2's 1x1 convolutions on 1x1 maps 2.0-2.2x; the
+#: slowest 0.90x (whisper-encoder-base's layer norm, a two-thread kernel timed beside a training job); with
+#: ``prefer-no-scatter`` alone the median was 1.01x. A target whose ``mattr`` names a feature itself
+#: (``-prefer-no-scatter``) keeps its own choice.
+ZEN_LLVM_FEATURES = ("+prefer-no-gather", "+prefer-no-scatter")
+
+
+#: Schedule version from which a Zen's kernels are compiled with :data:`ZEN_LLVM_FEATURES`: a kernel timed under an
+#: older one keeps its record only where :func:`gathers_or_scatters_without_zen_features` says the features leave its
+#: code as it was (a profile key is the kernel's TIR, which they do not change).
+ZEN_FEATURES_VERSION = 12
+
+
+def _zen_features(config: dict) -> list:
+    """The :data:`ZEN_LLVM_FEATURES` an ``llvm`` target ``config`` (its export) lacks: none unless its ``mcpu``
+    is an AMD Zen."""
+    if not str(config.get("mcpu") or "").startswith("znver"):
+        return []
+    named = {str(a).lstrip("+-") for a in config.get("mattr") or []}
+    return [f for f in ZEN_LLVM_FEATURES if f.lstrip("+-") not in named]
+
+
 def cpu_target(target):
-    """``target`` with this machine's CPU as ``mcpu`` when it is an ``llvm`` target that names none.
+    """``target`` with this machine's CPU as ``mcpu`` when it is an ``llvm`` target that names none, and the
+    :data:`ZEN_LLVM_FEATURES` when that CPU is an AMD Zen.
 
     ``Target("llvm")`` compiles for generic x86-64 (SSE2, no FMA): scheduled kernels then run 4 lanes
-    wide without fused multiply-adds. A target that names its ``mcpu`` (cross-compiling) is kept.
+    wide without fused multiply-adds. A target that names its ``mcpu`` (cross-compiling) keeps it.
     """
     if target is None:
         return None
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind.name != "llvm" or target.attrs.get("mcpu"):
+    if target.kind.name != "llvm":
         return target
     config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
-    config["mcpu"] = host_cpu()
+    if not target.attrs.get("mcpu"):
+        config["mcpu"] = host_cpu()
+    extra = _zen_features(config)
+    if target.attrs.get("mcpu") and not extra:
+        return target
+    if extra:
+        config["mattr"] = [str(a) for a in config.get("mattr") or []] + extra
     if target.host is not None:
         return Target(config, host=target.host)
     return Target(config)
+
+
+def gathers_or_scatters_without_zen_features(func: tirx.PrimFunc) -> bool:
+    """Whether LLVM's build of the scheduled CPU kernel ``func`` without :data:`ZEN_LLVM_FEATURES` has a vector
+    gather or scatter: then the features change its code (on the Zen 5, 25 of the 27 kernels of the zoo and the suite
+    whose code they change; the other two, mobilenetv2 convolutions, ran within 2% of their old times:
+    ``experiments/llvm_scatter.py``). False for a kernel whose target is no Zen's. Compiles the kernel (about 0.1 s)."""
+    target = func.attrs.get("target") if func.attrs else None
+    if target is None or target.kind.name != "llvm" or not str(target.attrs.get("mcpu") or "").startswith("znver"):
+        return False
+    from .strided_loads import TIR_PIPELINE
+
+    config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
+    config["mattr"] = [str(a) for a in config.get("mattr") or [] if str(a) not in ZEN_LLVM_FEATURES]
+    main = func.with_attr("global_symbol", "main").without_attr("target")
+    asm = tvm.tirx.build(tvm.IRModule({"main": main}), target=Target(config), pipeline=TIR_PIPELINE).inspect_source("asm")
+    ops = {line.split()[0] for line in asm.splitlines() if line.startswith("\t") and not line.startswith("\t.")}
+    return any(op.startswith(("vgather", "vpgather", "vscatter", "vpscatter")) for op in ops)
 
 
 def vector_bits(target: Target) -> int:

@@ -217,12 +217,15 @@ def _schedule_gpu_kernels(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _cpu_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
-    """Give every ``llvm`` kernel whose target names no ``mcpu`` this machine's CPU (:func:`cpu_target`)."""
+    """Give every ``llvm`` kernel whose target names no ``mcpu`` this machine's CPU, and a Zen's kernels their LLVM
+    features (:func:`cpu_target`)."""
     updates = {}
     for gvar, func in mod.functions_items():
         target = func.attrs.get("target") if isinstance(func, tvm.tirx.PrimFunc) and func.attrs else None
-        if target is not None and target.kind.name == "llvm" and not target.attrs.get("mcpu"):
-            updates[gvar] = func.with_attr("target", cpu_target(target))
+        if target is not None and target.kind.name == "llvm":
+            full = cpu_target(target)
+            if full is not target:
+                updates[gvar] = func.with_attr("target", full)
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod

@@ -25,6 +25,8 @@ from tqdm.auto import tqdm
 from ..backend.cpu_schedules import (
     RULE_ATTR,
     SCHEDULE_VERSION,
+    ZEN_FEATURES_VERSION,
+    gathers_or_scatters_without_zen_features,
     runs_in_parallel,
     vector_width,
     vectorized_row_reduction,
@@ -430,6 +432,34 @@ def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
             and [str(k) for k in newest[tag]["unit_keys"]] != keys}
 
 
+def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
+    """Tags of ``done`` CPU kernel records made before :data:`~autoplace.backend.cpu_schedules.ZEN_FEATURES_VERSION`
+    whose kernel a Zen now compiles differently: LLVM's default build of it has a gather or scatter, which
+    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` take out (the key, the kernel's TIR, is unchanged).
+    Each such kernel is compiled once here; other machines' kernels are never checked."""
+    changed, checked = set(), set()
+    for _model, _graph, by_kind in extracted:
+        for unit in by_kind.get("llvm", ()):
+            tag = ("unit", unit.key, "llvm")
+            record = newest.get(tag)
+            if tag in checked or tag not in done or record is None:
+                continue
+            checked.add(tag)
+            try:
+                version = int(record.get("cpu_schedule") or 0)
+            except (TypeError, ValueError):
+                version = 0
+            if version < ZEN_FEATURES_VERSION and gathers_or_scatters_without_zen_features(unit.prim_func):
+                changed.add(tag)
+    return changed
+
+
+def _launching(newest: dict, done: set, keys: set) -> set:
+    """Tags of ``done`` model records that launch one of the kernels ``keys``."""
+    return {tag for tag in done if tag[0] == "model" and tag in newest
+            and keys & {str(k) for k in newest[tag].get("unit_keys") or ()}}
+
+
 #: How much slower (by the host-speed canary) a job's models may have run than the folder's kernels before the
 #: job says so (:func:`host_state_warning`).
 HOST_STATE_TOLERANCE = 1.10
@@ -795,7 +825,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             launches_now = {("model", model.name, kind): [u.key for u in units]
                             for model, _, by_kind in extracted for kind, units in by_kind.items()}
             other_kernels = _launches_other_kernels(newest, done, launches_now) if end_to_end else set()
-            done -= untimed_in_model | untimed_in_context | other_kernels
+            recompiled = _compiled_differently_now(newest, done, extracted) if "llvm" in kinds else set()
+            if recompiled and end_to_end:  # their models' end-to-end and in-context timings ran the old code too
+                other_kernels |= _launching(newest, done, {tag[1] for tag in recompiled})
+            done -= untimed_in_model | untimed_in_context | other_kernels | recompiled
             todo, seen, total_units, model_runs = [], {}, 0, []  # seen: {tag: Unit}
             for model, graph, by_kind in extracted:
                 for kind, units in by_kind.items():
@@ -821,8 +854,10 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                    if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
+                + (f"; {len(recompiled)} CPU kernels timed again because LLVM now builds them without gathers "
+                   "and scatters (ZEN_LLVM_FEATURES)" if recompiled else "")
                 + (f"; {len(other_kernels)} models timed again because their records launch other kernels "
-                   "than the current build (a legalization or schedule change)" if other_kernels else ""))
+                   "than the current build (a legalization, schedule or code generation change)" if other_kernels else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
