@@ -9,10 +9,11 @@ distinct kernel of the models three ways (the target as LLVM tunes it for the CP
 and times, in interleaved rounds (about 1 ms of calls per sample, same random inputs, outputs compared), the
 kernels whose assembly differs; the others are the same code.
 
-    python experiments/llvm_scatter.py [--models llama roberta ...] [--rounds 5]
+    python experiments/llvm_scatter.py [--models llama roberta ...] [--rounds 5] [--time-models llama-base ...]
 
 Writes ``experiments/results/<hardware id>/llvm_scatter_kernels.csv`` (every kernel: instruction counts per build,
-and for the timed ones min over rounds per build).
+and for the timed ones min over rounds per build) and, with ``--time-models`` (each model placed all-CPU and built
+with and without ``ZEN_LLVM_FEATURES``, timed in interleaved rounds), ``llvm_scatter_models.csv``.
 """
 
 from __future__ import annotations
@@ -105,12 +106,49 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def model_rows(specs, rounds: int) -> pd.DataFrame:
+    """Each model placed all-CPU and built with and without ``ZEN_LLVM_FEATURES``, outputs compared, timed in
+    interleaved rounds."""
+    from kernel_timing import time_runners_interleaved
+
+    import autoplace
+    from autoplace import zoo
+    from autoplace.backend import cpu_schedules as cs
+
+    rows = []
+    for spec in specs:
+        model = zoo.parse(spec)
+        inputs = model.random_inputs()
+        runners, shipped = {}, cs.ZEN_LLVM_FEATURES
+        for name, features in (("llvm_default", ()), ("no_gather_scatter", shipped)):
+            cs.ZEN_LLVM_FEATURES = features
+            try:
+                runners[name] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+            finally:
+                cs.ZEN_LLVM_FEATURES = shipped
+        times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
+        old, new = times["llvm_default"], times["no_gather_scatter"]
+        rows.append(dict(model=spec, llvm_default_median_us=float(np.median(old)), llvm_default_min_us=min(old),
+                         no_gather_scatter_median_us=float(np.median(new)), no_gather_scatter_min_us=min(new),
+                         speedup_median=float(np.median(old) / np.median(new)), speedup_min=min(old) / min(new)))
+        print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--time-models", nargs="*", default=[], help="models timed whole both ways (default none)")
+    parser.add_argument("--skip-kernels", action="store_true", help="time the models only")
     args = parser.parse_args(argv)
     folder = results_folder()
+    if args.time_models:
+        models = model_rows(args.time_models, args.rounds)
+        models.to_csv(os.path.join(folder, "llvm_scatter_models.csv"), index=False)
+        print(models.round(3).to_string(index=False))
+    if args.skip_kernels:
+        return
     kernels = kernel_rows(args.models, args.rounds)
     path = os.path.join(folder, "llvm_scatter_kernels.csv")
     kernels.to_csv(path, index=False)
