@@ -9,7 +9,7 @@ distinct kernel of the models three ways (the target as LLVM tunes it for the CP
 and times, in interleaved rounds (about 1 ms of calls per sample, same random inputs, outputs compared), the
 kernels whose assembly differs; the others are the same code.
 
-    python experiments/llvm_scatter.py [--models llama roberta ...] [--rounds 5] [--time-models llama-base ...]
+    python experiments/llvm_scatter.py [--models llama roberta ops:conv_odd_rows ...] [--rounds 5] [--time-models llama-base ...]
 
 Writes ``experiments/results/<hardware id>/llvm_scatter_kernels.csv`` (every kernel: instruction counts per build,
 and for the timed ones min over rounds per build) and, with ``--time-models`` (each model placed all-CPU and built
@@ -54,20 +54,31 @@ def instruction_counts(asm: str) -> dict:
                 instructions=sum(ops.values()))
 
 
+def models_of(specs):
+    """``(name, model)`` of zoo and suite names and of ``ops:<family>[,<family>...]`` (those op families' models)."""
+    from autoplace import zoo
+    from autoplace.op_families import op_family_models
+
+    for spec in specs:
+        if spec.startswith("ops:"):
+            yield from ((m.name, m) for m in op_family_models(families=spec[4:].split(",")))
+        else:
+            yield spec, zoo.parse(spec)
+
+
 def kernel_rows(specs, rounds: int) -> pd.DataFrame:
     import tvm
     from kernel_timing import time_interleaved
 
-    from autoplace import zoo
     from autoplace.backend.cpu_schedules import cpu_target
     from autoplace.backend.strided_loads import TIR_PIPELINE
     from autoplace.profile.measure import _random_args
     from autoplace.profile.units import extract_units
 
     rows, built, seen = [], {}, set()
-    for spec in specs:
+    for spec, model in models_of(specs):
         count = 0
-        for unit in extract_units(zoo.parse(spec), cpu_target("llvm")):
+        for unit in extract_units(model, cpu_target("llvm")):
             if unit.key in seen:
                 continue
             seen.add(unit.key)
@@ -95,7 +106,8 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
                 row["max_abs_diff"] = max(float(np.nan_to_num(np.abs(o - outs[0])).max()) for o in outs)
                 built.update({(unit.key, name): (libs[name], args[name]) for name in libs})
             rows.append(row)
-        print(f"{spec}: {count} of its new kernels built differently", flush=True)
+        if count or not spec.startswith("ops-"):
+            print(f"{spec}: {count} of its new kernels built differently", flush=True)
     times = time_interleaved(built, rounds)
     for row in rows:
         if row["differs"]:
