@@ -97,7 +97,8 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    one vector or less vectorised along the row (:data:`SHORT_ROW_VECTORS`); an AMD Zen's kernels compiled with
 #:    :data:`ZEN_LLVM_FEATURES` (LLVM no longer vectorises their scalar loops across rows with gathers and scatters;
 #:    same TIR, so a job times again the kernels whose code that changes: :data:`ZEN_FEATURES_VERSION`).
-SCHEDULE_VERSION = 12
+#: 13: ``prefer-no-scatter`` only (version 12 also had ``prefer-no-gather``, which slowed convolutions on odd rows).
+SCHEDULE_VERSION = 13
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -119,23 +120,25 @@ def host_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
-#: LLVM tuning features every CPU kernel for an AMD Zen (``mcpu`` ``znver*``) is compiled with (schedule version 12):
+#: LLVM tuning features every CPU kernel for an AMD Zen (``mcpu`` ``znver*``) is compiled with (schedule version 13):
 #: LLVM's loop vectoriser otherwise vectorises loops TVM left scalar (a norm's rows, fully unrolled) *across* rows,
-#: reading and writing lanes a row apart with AVX-512 gathers and scatters, which Zen runs microcoded.
-#: ``experiments/llvm_scatter.py`` builds every distinct kernel of the zoo and the suite (604) with and without them
-#: on the Zen 5 (session 55): 27 compile differently, 25 of them kernels LLVM gave gathers or scatters; timed side by
-#: side, median 1.62x faster, llama-base's attention-mask kernel 10.5x, swin-base's patch merging 7.6x, a small
-#: llama's RMS norm over 8x32 5.4x (0.26 -> 0.05 us), mobilenetv2's 1x1 convolutions on 1x1 maps 2.0-2.2x; the
-#: slowest 0.90x (whisper-encoder-base's layer norm, a two-thread kernel timed beside a training job); with
-#: ``prefer-no-scatter`` alone the median was 1.01x. A target whose ``mattr`` names a feature itself
-#: (``-prefer-no-scatter``) keeps its own choice.
-ZEN_LLVM_FEATURES = ("+prefer-no-gather", "+prefer-no-scatter")
+#: writing lanes a row apart with AVX-512 scatters, which Zen runs microcoded. ``experiments/llvm_scatter.py`` builds
+#: every distinct kernel of the zoo and the suite (604) three ways on the Zen 5 (session 55) and times those whose code
+#: differs, side by side: with ``prefer-no-scatter`` a small llama's RMS norm over 8x32 ran 5.2x faster (0.26 ->
+#: 0.05 us), swin-base's patch merging 7.6x, convnext-base's convolutions on 4x4 and 2x2 maps 1.6-1.7x, none slower
+#: beyond the noise (0.99x among 11 convolutions of the op families). ``prefer-no-gather`` as well (schedule version
+#: 12) gained more on some (mobilenetv2's 1x1 convolutions on 1x1 maps 2.0-2.2x, vit's softmax over 2x17x17 1.6x) but
+#: made convolutions whose rows no vector divides, which LLVM reads with gathers, up to 2.3x slower (a 3x3 convolution
+#: over 32x29x29 38 -> 88 us, Wav2Vec-style 1D convolutions 1.3x): it is not used. A target whose ``mattr`` names the
+#: feature itself (``-prefer-no-scatter``) keeps its own choice.
+ZEN_LLVM_FEATURES = ("+prefer-no-scatter",)
 
 
-#: Schedule version from which a Zen's kernels are compiled with :data:`ZEN_LLVM_FEATURES`: a kernel timed under an
-#: older one keeps its record only where :func:`gathers_or_scatters_without_zen_features` says the features leave its
-#: code as it was (a profile key is the kernel's TIR, which they do not change).
-ZEN_FEATURES_VERSION = 12
+#: Schedule version from which a Zen's kernels are compiled with the current :data:`ZEN_LLVM_FEATURES`: a kernel timed
+#: under an older one keeps its record only where :func:`gathers_or_scatters_without_zen_features` says the features
+#: leave its code as it was (a profile key is the kernel's TIR, which they do not change). Version 12 compiled with
+#: ``prefer-no-gather`` too, so its kernels with gathers are timed again as well.
+ZEN_FEATURES_VERSION = 13
 
 
 def _zen_features(config: dict) -> list:
@@ -174,9 +177,10 @@ def cpu_target(target):
 
 def gathers_or_scatters_without_zen_features(func: tirx.PrimFunc) -> bool:
     """Whether LLVM's build of the scheduled CPU kernel ``func`` without :data:`ZEN_LLVM_FEATURES` has a vector
-    gather or scatter: then the features change its code (on the Zen 5, 25 of the 27 kernels of the zoo and the suite
-    whose code they change; the other two, mobilenetv2 convolutions, ran within 2% of their old times:
-    ``experiments/llvm_scatter.py``). False for a kernel whose target is no Zen's. Compiles the kernel (about 0.1 s)."""
+    gather or scatter: only then can the features change its code (with ``prefer-no-gather`` too, 25 of the 27 kernels
+    of the zoo and the suite whose code changed had one; the other two, mobilenetv2 convolutions, ran within 2% of
+    their old times: ``experiments/llvm_scatter.py``). Gathers count too: version 12 took them out. False for a kernel
+    whose target is no Zen's. Compiles the kernel (about 0.1 s)."""
     target = func.attrs.get("target") if func.attrs else None
     if target is None or target.kind.name != "llvm" or not str(target.attrs.get("mcpu") or "").startswith("znver"):
         return False
