@@ -11,6 +11,9 @@ kernels whose assembly differs; the others are the same code.
 
     python experiments/llvm_scatter.py [--models llama roberta ops:conv_odd_rows ...] [--rounds 5] [--time-models llama-base ...]
 
+Session 55 on the Zen 5: the zoo and the suite (``llvm_scatter_kernels.csv``, ``as_built`` = LLVM's default then)
+and ``--models ops:conv_odd_rows,conv2d_k3s1g1,conv1d_seq --tag convs`` (``llvm_scatter_kernels_convs.csv``).
+
 Writes ``experiments/results/<hardware id>/llvm_scatter_kernels.csv`` (every kernel: instruction counts per build,
 and for the timed ones min over rounds per build) and, with ``--time-models`` (each model placed all-CPU and built
 with and without ``ZEN_LLVM_FEATURES``, timed in interleaved rounds), ``llvm_scatter_models.csv``.
@@ -153,6 +156,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--time-models", nargs="*", default=[], help="models timed whole both ways (default none)")
     parser.add_argument("--skip-kernels", action="store_true", help="time the models only")
+    parser.add_argument("--tag", default="", help="suffix of the kernels' CSV (llvm_scatter_kernels_<tag>.csv)")
     args = parser.parse_args(argv)
     folder = results_folder()
     if args.time_models:
@@ -162,7 +166,7 @@ def main(argv=None):
     if args.skip_kernels:
         return
     kernels = kernel_rows(args.models, args.rounds)
-    path = os.path.join(folder, "llvm_scatter_kernels.csv")
+    path = os.path.join(folder, f"llvm_scatter_kernels{'_' + args.tag if args.tag else ''}.csv")
     kernels.to_csv(path, index=False)
     timed = kernels[kernels["differs"]]
     cols = ["model", "func_name", "shape", "llvm_default_gathers", "llvm_default_scatters", "llvm_default_us", "no_scatter_us",
