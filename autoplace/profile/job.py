@@ -434,8 +434,8 @@ def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
 
 def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
     """Tags of ``done`` CPU kernel records made before :data:`~autoplace.backend.cpu_schedules.ZEN_FEATURES_VERSION`
-    whose kernel a Zen now compiles differently: LLVM's default build of it has a gather or scatter, which
-    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` take out (the key, the kernel's TIR, is unchanged).
+    whose kernel a Zen may now compile differently: LLVM's default build of it has a gather or scatter, which
+    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` change (the key, the kernel's TIR, is unchanged).
     Each such kernel is compiled once here; other machines' kernels are never checked."""
     changed, checked = set(), set()
     for _model, _graph, by_kind in extracted:
@@ -854,8 +854,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                    if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
-                + (f"; {len(recompiled)} CPU kernels timed again because LLVM now builds them without gathers "
-                   "and scatters (ZEN_LLVM_FEATURES)" if recompiled else "")
+                + (f"; {len(recompiled)} CPU kernels timed again because LLVM's default build of them has gathers "
+                   "or scatters, which the Zen's LLVM features (ZEN_LLVM_FEATURES) change" if recompiled else "")
                 + (f"; {len(other_kernels)} models timed again because their records launch other kernels "
                    "than the current build (a legalization, schedule or code generation change)" if other_kernels else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
