@@ -801,10 +801,11 @@ def test_cpu_kernels_of_older_schedules_are_not_training_data(tmp_path):
     assert all(isinstance(r["parallel"], bool) for r in fresh.newest_good().values())
 
 
-def test_kernels_a_zen_now_compiles_without_gathers_are_timed_again_with_their_models(tmp_path, monkeypatch):
+def test_kernels_a_zen_now_compiles_without_scatters_are_timed_again_with_their_models(tmp_path, monkeypatch):
     """ZEN_LLVM_FEATURES change a kernel's code, not its key (its TIR): a record made before ZEN_FEATURES_VERSION
-    is kept only where LLVM's default build of the kernel had no gather or scatter. A kernel that had one is timed
-    again, and so is every model that launches it; the others are marked current without timing."""
+    is kept only where LLVM's default build of the kernel had no scatter (nor, for a record of version 12, which
+    refused gathers too, a gather). A kernel that had one is timed again, and so is every model that launches it;
+    the others are marked current without timing."""
     from autoplace.backend.cpu_schedules import SCHEDULE_VERSION, ZEN_FEATURES_VERSION
     from autoplace.profile import extract_units, job, profile_models
     from autoplace.profile.cache_state import IN_MODEL_TIMING
@@ -813,29 +814,31 @@ def test_kernels_a_zen_now_compiles_without_gathers_are_timed_again_with_their_m
 
     model = zoo.get("mlp")
     keys = [u.key for u in extract_units(model, "llvm")]
-    gathered = min(keys)
+    scattered, gathered, plain = sorted(set(keys))  # mlp: three kernels
     checked = []
 
-    def had_gathers(func):
+    def compiled(func):  # (gathers, scatters) of LLVM's default build
         checked.append(unit_key(func, "llvm"))
-        return checked[-1] == gathered
+        return checked[-1] in (gathered, plain), checked[-1] == scattered
 
-    monkeypatch.setattr(job, "gathers_or_scatters_without_zen_features", had_gathers)
+    monkeypatch.setattr(job, "gathers_and_scatters_without_zen_features", compiled)
     store = ProfileStore(str(tmp_path / "p"))
-    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=ZEN_FEATURES_VERSION - 1,
+    old = dict(kind="unit", target="llvm", status="ok", median_us=2.0, cpu_schedule=11,
                in_model_timing=IN_MODEL_TIMING, in_model_median_us=2.0)
-    for key in sorted(set(keys)):
+    for key in (scattered, gathered):  # timed before the features: a gather alone changes nothing
         store.append(dict(old, key=key))
+    store.append(dict(old, key=plain, cpu_schedule=12))  # ... but version 12 built without gathers too
     store.append(dict(kind="model", key=model.name, target="llvm", status="ok", median_us=1e6, unit_keys=keys,
                       in_context_timing=IN_CONTEXT_TIMING, in_context_us=[1.0] * len(keys)))
     summary = profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
     newest = store.newest_good()
-    assert sorted(checked) == sorted(set(keys))  # each old kernel compiled once
-    assert newest[("unit", gathered, "llvm")]["median_us"] != 2.0  # timed again
-    assert all(newest[("unit", k, "llvm")]["median_us"] == 2.0 for k in set(keys) - {gathered})  # kept, marked
+    assert sorted(checked) == sorted(set(keys)) and ZEN_FEATURES_VERSION > 12  # each old kernel compiled once
+    assert newest[("unit", scattered, "llvm")]["median_us"] != 2.0  # timed again
+    assert newest[("unit", plain, "llvm")]["median_us"] != 2.0
+    assert newest[("unit", gathered, "llvm")]["median_us"] == 2.0  # kept, marked current
     assert {newest[("unit", k, "llvm")]["cpu_schedule"] for k in keys} == {SCHEDULE_VERSION}
     assert newest[("model", model.name, "llvm")]["median_us"] < 1e6  # its model too
-    assert summary["measured"] >= 1
+    assert summary["measured"] >= 2
     # the records are current now: nothing is compiled or timed again
     checked.clear()
     again = profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)

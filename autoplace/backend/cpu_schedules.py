@@ -135,9 +135,9 @@ ZEN_LLVM_FEATURES = ("+prefer-no-scatter",)
 
 
 #: Schedule version from which a Zen's kernels are compiled with the current :data:`ZEN_LLVM_FEATURES`: a kernel timed
-#: under an older one keeps its record only where :func:`gathers_or_scatters_without_zen_features` says the features
-#: leave its code as it was (a profile key is the kernel's TIR, which they do not change). Version 12 compiled with
-#: ``prefer-no-gather`` too, so its kernels with gathers are timed again as well.
+#: under an older one keeps its record only where :func:`gathers_and_scatters_without_zen_features` says the features
+#: leave its code as it was (a profile key is the kernel's TIR, which they do not change): a kernel with scatters is
+#: timed again, and one of version 12 (compiled with ``prefer-no-gather`` too) with gathers.
 ZEN_FEATURES_VERSION = 13
 
 
@@ -175,15 +175,17 @@ def cpu_target(target):
     return Target(config)
 
 
-def gathers_or_scatters_without_zen_features(func: tirx.PrimFunc) -> bool:
-    """Whether LLVM's build of the scheduled CPU kernel ``func`` without :data:`ZEN_LLVM_FEATURES` has a vector
-    gather or scatter: only then can the features change its code (with ``prefer-no-gather`` too, 25 of the 27 kernels
-    of the zoo and the suite whose code changed had one; the other two, mobilenetv2 convolutions, ran within 2% of
-    their old times: ``experiments/llvm_scatter.py``). Gathers count too: version 12 took them out. False for a kernel
-    whose target is no Zen's. Compiles the kernel (about 0.1 s)."""
+def gathers_and_scatters_without_zen_features(func: tirx.PrimFunc) -> tuple[bool, bool]:
+    """``(gathers, scatters)``: whether LLVM's build of the scheduled CPU kernel ``func`` without
+    :data:`ZEN_LLVM_FEATURES` has vector gathers, scatters. Only a kernel with scatters compiles differently with
+    ``prefer-no-scatter`` (LLVM's cost model then vectorises its loops another way or not at all); with
+    ``prefer-no-gather`` as well (schedule version 12), 25 of the 27 kernels of the zoo and the suite whose code changed
+    had one or the other, the other two (mobilenetv2 convolutions) ran within 2% of their old times
+    (``experiments/llvm_scatter.py``). ``(False, False)`` for a kernel whose target is no Zen's. Compiles the kernel
+    (about 0.1 s)."""
     target = func.attrs.get("target") if func.attrs else None
     if target is None or target.kind.name != "llvm" or not str(target.attrs.get("mcpu") or "").startswith("znver"):
-        return False
+        return False, False
     from .strided_loads import TIR_PIPELINE
 
     config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
@@ -191,7 +193,8 @@ def gathers_or_scatters_without_zen_features(func: tirx.PrimFunc) -> bool:
     main = func.with_attr("global_symbol", "main").without_attr("target")
     asm = tvm.tirx.build(tvm.IRModule({"main": main}), target=Target(config), pipeline=TIR_PIPELINE).inspect_source("asm")
     ops = {line.split()[0] for line in asm.splitlines() if line.startswith("\t") and not line.startswith("\t.")}
-    return any(op.startswith(("vgather", "vpgather", "vscatter", "vpscatter")) for op in ops)
+    return (any(op.startswith(("vgather", "vpgather")) for op in ops),
+            any(op.startswith(("vscatter", "vpscatter")) for op in ops))
 
 
 def vector_bits(target: Target) -> int:

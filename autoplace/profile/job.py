@@ -26,7 +26,7 @@ from ..backend.cpu_schedules import (
     RULE_ATTR,
     SCHEDULE_VERSION,
     ZEN_FEATURES_VERSION,
-    gathers_or_scatters_without_zen_features,
+    gathers_and_scatters_without_zen_features,
     runs_in_parallel,
     vector_width,
     vectorized_row_reduction,
@@ -434,8 +434,9 @@ def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
 
 def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
     """Tags of ``done`` CPU kernel records made before :data:`~autoplace.backend.cpu_schedules.ZEN_FEATURES_VERSION`
-    whose kernel a Zen may now compile differently: LLVM's default build of it has a gather or scatter, which
-    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` change (the key, the kernel's TIR, is unchanged).
+    whose kernel a Zen may now compile differently: LLVM's default build of it has a scatter, which
+    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` refuse (or, for a record of version 12, built without
+    gathers too, a gather); the key, the kernel's TIR, is unchanged.
     Each such kernel is compiled once here; other machines' kernels are never checked."""
     changed, checked = set(), set()
     for _model, _graph, by_kind in extracted:
@@ -449,7 +450,10 @@ def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
                 version = int(record.get("cpu_schedule") or 0)
             except (TypeError, ValueError):
                 version = 0
-            if version < ZEN_FEATURES_VERSION and gathers_or_scatters_without_zen_features(unit.prim_func):
+            if version >= ZEN_FEATURES_VERSION:
+                continue
+            gathers, scatters = gathers_and_scatters_without_zen_features(unit.prim_func)
+            if scatters or (gathers and version == 12):  # version 12 refused gathers too
                 changed.add(tag)
     return changed
 
@@ -854,8 +858,8 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                    if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
-                + (f"; {len(recompiled)} CPU kernels timed again because LLVM's default build of them has gathers "
-                   "or scatters, which the Zen's LLVM features (ZEN_LLVM_FEATURES) change" if recompiled else "")
+                + (f"; {len(recompiled)} CPU kernels timed again because the Zen's LLVM features (ZEN_LLVM_FEATURES) "
+                   "change their code" if recompiled else "")
                 + (f"; {len(other_kernels)} models timed again because their records launch other kernels "
                    "than the current build (a legalization, schedule or code generation change)" if other_kernels else ""))
             # The canary starts from the folder's fastest reading: read the records only when timing something.
