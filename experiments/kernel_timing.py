@@ -61,3 +61,14 @@ def time_runners_interleaved(runners: dict, inputs, rounds: int, sample_us: floa
         for name, runner in runners.items():
             times[name].append(float(np.median(runner.time_us(inputs, number=number, repeat=5))))
     return times
+
+
+def side_by_side_row(model: str, times: dict, before, after, labels=None) -> dict:
+    """A results row of two builds of ``model`` timed in interleaved rounds (``times``: ``{build: [us of each
+    round]}``): median and min over rounds of each (``<label>_median_us``, ``<label>_min_us``; labels default to the
+    builds' names) and ``speedup_median`` / ``speedup_min``, ``before``'s time over ``after``'s."""
+    old, new = times[before], times[after]
+    a, b = labels or (before, after)
+    return {"model": model, f"{a}_median_us": float(np.median(old)), f"{a}_min_us": min(old),
+            f"{b}_median_us": float(np.median(new)), f"{b}_min_us": min(new),
+            "speedup_median": float(np.median(old) / np.median(new)), "speedup_min": min(old) / min(new)}

@@ -124,7 +124,7 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
 def model_rows(specs, rounds: int) -> pd.DataFrame:
     """Each model placed all-CPU and built with LLVM's default tuning and with ``ZEN_LLVM_FEATURES`` (``zen_features``),
     outputs compared, timed in interleaved rounds."""
-    from kernel_timing import time_runners_interleaved
+    from kernel_timing import side_by_side_row, time_runners_interleaved
 
     import autoplace
     from autoplace import zoo
@@ -142,10 +142,7 @@ def model_rows(specs, rounds: int) -> pd.DataFrame:
             finally:
                 cs.ZEN_LLVM_FEATURES = shipped
         times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
-        old, new = times["llvm_default"], times["zen_features"]
-        rows.append(dict(model=spec, llvm_default_median_us=float(np.median(old)), llvm_default_min_us=min(old),
-                         zen_features_median_us=float(np.median(new)), zen_features_min_us=min(new),
-                         speedup_median=float(np.median(old) / np.median(new)), speedup_min=min(old) / min(new)))
+        rows.append(side_by_side_row(spec, times, "llvm_default", "zen_features"))
         print(rows[-1], flush=True)
     return pd.DataFrame(rows)
 

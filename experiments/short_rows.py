@@ -95,7 +95,7 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
 
 
 def model_rows(specs, rounds: int) -> pd.DataFrame:
-    from kernel_timing import time_runners_interleaved
+    from kernel_timing import side_by_side_row, time_runners_interleaved
 
     import autoplace
     from autoplace import zoo
@@ -109,10 +109,7 @@ def model_rows(specs, rounds: int) -> pd.DataFrame:
             with schedule_version(version):
                 runners[version] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
         times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
-        old, new = times[11], times[12]
-        rows.append(dict(model=spec, v11_median_us=float(np.median(old)), v11_min_us=min(old),
-                         v12_median_us=float(np.median(new)), v12_min_us=min(new),
-                         speedup_median=float(np.median(old) / np.median(new)), speedup_min=min(old) / min(new)))
+        rows.append(side_by_side_row(spec, times, 11, 12, labels=("v11", "v12")))
         print(rows[-1], flush=True)
     return pd.DataFrame(rows)
 
@@ -126,9 +123,9 @@ def main(argv=None):
     folder = results_folder()
     kernels = kernel_rows(args.models, args.rounds)
     kernels.to_csv(os.path.join(folder, "short_rows_kernels.csv"), index=False)
-    with pd.option_context("display.width", 220, "display.max_colwidth", 48, "display.max_rows", 500):
-        print(kernels.drop(columns=["v11_key", "v12_key"]).round(3).to_string(index=False))
     if len(kernels):
+        with pd.option_context("display.width", 220, "display.max_colwidth", 48, "display.max_rows", 500):
+            print(kernels.drop(columns=["v11_key", "v12_key"]).round(3).to_string(index=False))
         s = kernels["speedup"]
         print(f"{len(kernels)} kernels changed: speedup min {s.min():.2f}, median {s.median():.2f}, max {s.max():.2f}; "
               f"{int((s < 0.95).sum())} slower by more than 5%; max abs diff {kernels['max_abs_diff'].max():.1e}")
