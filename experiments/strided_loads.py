@@ -67,6 +67,8 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
 
 
 def model_rows(specs, rounds: int, repeat: int = 5, sample_ms: float = 20.0) -> pd.DataFrame:
+    from kernel_timing import side_by_side_row
+
     import autoplace
     from autoplace import zoo
     from autoplace.backend import pipeline
@@ -92,10 +94,8 @@ def model_rows(specs, rounds: int, repeat: int = 5, sample_ms: float = 20.0) -> 
         for _ in range(rounds):
             for p, r in runners.items():
                 medians[p].append(float(np.median(r.time_us(inputs, number=number, repeat=repeat))))
-        d, n = medians["default"], medians[TIR_PIPELINE]
-        rows.append(dict(model=spec, same_output=same, default_median_us=float(np.median(d)), default_min_us=min(d),
-                         autoplace_median_us=float(np.median(n)), autoplace_min_us=min(n),
-                         speedup_median=float(np.median(d) / np.median(n)), speedup_min=min(d) / min(n)))
+        row = side_by_side_row(spec, medians, "default", TIR_PIPELINE, labels=("default", "autoplace"))
+        rows.append({"model": spec, "same_output": same, **row})
         print(rows[-1], flush=True)
     return pd.DataFrame(rows)
 

@@ -1107,6 +1107,15 @@ ROW_STEPS_PER_EXTRA_VECTOR = 32
 ODD_ROW_REDUCTION = True
 
 
+def _lanes_up_to_steps(row: int, lanes: int, accumulators: int) -> int:
+    """The widest power of two, up to ``accumulators`` vectors of ``lanes``, that leaves at least as many vector
+    steps along a row of ``row`` elements as it has lanes (:data:`LANES_UP_TO_STEPS`)."""
+    width = 1
+    while width * 2 <= lanes * max(1, accumulators) and (width * 2) ** 2 <= row:
+        width *= 2
+    return width
+
+
 def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None = None) -> int:
     """Lanes :class:`RowReduction` accumulates a row reduction in, for a contiguous run of ``run`` elements
     (the reduced loops it splits) in a row of ``row`` (all reduced elements; default ``run``); 0 when it stays
@@ -1121,9 +1130,7 @@ def row_reduction_width(run: int, lanes: int, accumulators: int, row: int | None
     scalar."""
     row = run if row is None else row
     if LANES_UP_TO_STEPS:
-        width = 1
-        while width * 2 <= lanes * max(1, accumulators) and (width * 2) ** 2 <= row:
-            width *= 2
+        width = _lanes_up_to_steps(row, lanes, accumulators)
         while width >= 4 and run % width:
             width //= 2
         return width if width >= 4 else 0
@@ -1176,9 +1183,7 @@ def odd_row_reduction_width(extents: list[int], lanes: int, accumulators: int) -
     fused = 2 if len(extents) >= 2 else 1
     run = extents[-1] * (extents[-2] if fused == 2 else 1)
     if ODD_LANES_UP_TO_STEPS:
-        width = 1
-        while width * 2 <= lanes * max(1, accumulators) and (width * 2) ** 2 <= run:
-            width *= 2
+        width = _lanes_up_to_steps(run, lanes, accumulators)
         return (width, fused) if width >= 4 else (0, 1)
     if run < ODD_ROW_MIN_VECTORS * lanes:
         return 0, 1
