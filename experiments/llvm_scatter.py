@@ -16,15 +16,12 @@ and ``--models ops:conv_odd_rows,conv2d_k3s1g1,conv1d_seq --tag convs`` (``llvm_
 
 Writes ``experiments/results/<hardware id>/llvm_scatter_kernels.csv`` (every kernel: instruction counts per build,
 and for the timed ones min over rounds per build) and, with ``--time-models`` (each model placed all-CPU and built
-with and without ``ZEN_LLVM_FEATURES``, timed in interleaved rounds), ``llvm_scatter_models.csv``; with ``--gathers``
-too, built as schedule versions 13 and 14 (the kernels ``cpu_schedules.refuses_gathers_on_zen`` picks built without
-gathers), ``llvm_scatter_models_gathers.csv``.
+with and without ``ZEN_LLVM_FEATURES``, timed in interleaved rounds), ``llvm_scatter_models.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from collections import Counter
 
@@ -42,14 +39,13 @@ DEFAULT_MODELS = [f"{m}{s}" for s in ("", "-base") for m in (
 
 def with_features(target, features):
     """``target`` with ``features`` as the only tuning features beyond its own ``mattr`` (less
-    ``cpu_schedules.ZEN_LLVM_FEATURES`` and ``ZEN_NO_GATHER``)."""
+    ``cpu_schedules.ZEN_LLVM_FEATURES``)."""
     import tvm
 
-    from autoplace.backend.cpu_schedules import ZEN_LLVM_FEATURES, ZEN_NO_GATHER
+    from autoplace.backend.cpu_schedules import ZEN_LLVM_FEATURES
 
     config = dict(target.export())
-    config["mattr"] = [str(a) for a in config.get("mattr") or [] if str(a) not in (*ZEN_LLVM_FEATURES, ZEN_NO_GATHER)]
-    config["mattr"] += list(features)
+    config["mattr"] = [str(a) for a in config.get("mattr") or [] if str(a) not in ZEN_LLVM_FEATURES] + list(features)
     config.pop("host", None)
     return tvm.target.Target(config)
 
@@ -125,38 +121,28 @@ def kernel_rows(specs, rounds: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def model_rows(specs, rounds: int, gathers: bool = False) -> pd.DataFrame:
+def model_rows(specs, rounds: int) -> pd.DataFrame:
     """Each model placed all-CPU and built with LLVM's default tuning and with ``ZEN_LLVM_FEATURES`` (``zen_features``),
-    outputs compared, timed in interleaved rounds. With ``gathers``: built as schedule version 13 did (no kernel
-    refuses gathers, ``version_13``) and as now (``cpu_schedules.refuses_gathers_on_zen``, ``version_14``)."""
-    from unittest import mock
-
+    outputs compared, timed in interleaved rounds."""
     from kernel_timing import side_by_side_row, time_runners_interleaved
 
     import autoplace
     from autoplace import zoo
     from autoplace.backend import cpu_schedules as cs
 
-    def no_gather_choice():
-        return mock.patch.object(cs, "_with_zen_gather_choice", lambda func, target, rule: func)
-
-    if gathers:
-        builds = {"version_13": [no_gather_choice], "version_14": []}
-    else:
-        builds = {"llvm_default": [no_gather_choice, lambda: mock.patch.object(cs, "ZEN_LLVM_FEATURES", ())],
-                  "zen_features": []}
     rows = []
     for spec in specs:
         model = zoo.parse(spec)
         inputs = model.random_inputs()
-        runners = {}
-        for name, patches in builds.items():
-            with contextlib.ExitStack() as stack:
-                for patch in patches:
-                    stack.enter_context(patch())
+        runners, shipped = {}, cs.ZEN_LLVM_FEATURES
+        for name, features in (("llvm_default", ()), ("zen_features", shipped)):
+            cs.ZEN_LLVM_FEATURES = features
+            try:
                 runners[name] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+            finally:
+                cs.ZEN_LLVM_FEATURES = shipped
         times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
-        rows.append(side_by_side_row(spec, times, *builds))
+        rows.append(side_by_side_row(spec, times, "llvm_default", "zen_features"))
         print(rows[-1], flush=True)
     return pd.DataFrame(rows)
 
@@ -167,14 +153,12 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--time-models", nargs="*", default=[], help="models timed whole both ways (default none)")
     parser.add_argument("--skip-kernels", action="store_true", help="time the models only")
-    parser.add_argument("--gathers", action="store_true",
-                        help="--time-models: schedule version 13's builds against 14's (kernels that refuse gathers)")
     parser.add_argument("--tag", default="", help="suffix of the kernels' CSV (llvm_scatter_kernels_<tag>.csv)")
     args = parser.parse_args(argv)
     folder = results_folder()
     if args.time_models:
-        models = model_rows(args.time_models, args.rounds, gathers=args.gathers)
-        models.to_csv(os.path.join(folder, f"llvm_scatter_models{'_gathers' if args.gathers else ''}.csv"), index=False)
+        models = model_rows(args.time_models, args.rounds)
+        models.to_csv(os.path.join(folder, "llvm_scatter_models.csv"), index=False)
         print(models.round(3).to_string(index=False))
     if args.skip_kernels:
         return

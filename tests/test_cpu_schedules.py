@@ -565,55 +565,6 @@ def test_a_zens_kernels_are_compiled_without_llvms_scatters():
     assert cpu_target(zen) is zen
 
 
-@pytest.mark.parametrize("mcpu,refused", [("znver5", True), ("znver3", True), ("skylake-avx512", False)])
-def test_a_zens_row_reductions_elementwise_kernels_and_convolutions_onto_1x1_maps_refuse_llvms_gathers(mcpu, refused):
-    # schedule version 14: a layer norm (RowReduction), a sigmoid (Injective) and a 1x1 convolution of a 1x1 map
-    # (Contraction, a matrix-vector product) get ZEN_NO_GATHER on a Zen, a 3x3 convolution and a matmul keep
-    # LLVM's gathers; no other CPU gets the feature; a target that names the choice keeps it
-    target = cpu_target({"kind": "llvm", "mcpu": mcpu})
-    kernels = {
-        "layer_norm": (lambda x, g, b: R.nn.layer_norm(x, g, b, axes=[-1]), [(8, 32), (32,), (32,)], True),
-        "sigmoid": (lambda x: R.sigmoid(x), [(4, 64)], True),
-        "conv_1x1_map": (lambda x, w: R.nn.conv2d(x, w), [(1, 80, 1, 1), (320, 80, 1, 1)], True),
-        "conv_3x3": (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 9, 9), (16, 16, 3, 3)], False),
-        "matmul": (lambda x, w: R.matmul(x, w), [(16, 64), (64, 32)], False),
-    }
-    for name, (make, shapes, on_zen) in kernels.items():
-        (_, func), = _prim_funcs(make, shapes)
-        scheduled, rule = schedule_prim_func(func.with_attr("target", target), target)
-        assert cs.refuses_gathers(scheduled) == (on_zen and refused), (name, rule)
-        assert cs.refuses_gathers_on_zen(scheduled, rule) == on_zen, (name, rule)
-        mattr = [str(a) for a in scheduled.attrs["target"].attrs.get("mattr") or []]
-        assert mattr[:len(cpu_target(target).attrs.get("mattr") or [])] == [
-            str(a) for a in target.attrs.get("mattr") or []], name  # the target's own features first, kept
-    own = cpu_target({"kind": "llvm", "mcpu": "znver5", "mattr": ["-prefer-no-gather"]})
-    (_, func), = _prim_funcs(lambda x: R.sigmoid(x), [(4, 64)])
-    scheduled, _ = schedule_prim_func(func.with_attr("target", own), own)
-    assert not cs.refuses_gathers(scheduled)
-    assert [str(a) for a in scheduled.attrs["target"].attrs["mattr"]] == ["-prefer-no-gather", "+prefer-no-scatter"]
-
-
-@pytest.mark.skipif(not str(TARGET.attrs.get("mcpu")).startswith("znver"), reason="kernels of two LLVM targets: a Zen's")
-def test_a_model_whose_kernels_are_built_for_two_llvm_targets_runs_and_computes_what_tvm_does():
-    # mobilenetv2: its convolutions onto 1x1 maps (after the global pool) refuse gathers, its 3x3 ones keep them; the
-    # placed build and the single-device build run both kinds of kernel in one executable, with TVM's numbers
-    import autoplace
-    from autoplace import zoo
-    from autoplace.backend import Runner, lower, single_device_build
-
-    model = zoo.get("mobilenetv2")
-    placement = autoplace.place(model, None, None, {"cpu": "llvm"})
-    kernels = [f for _, f in lower(placement.mod).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert {cs.refuses_gathers(f) for f in kernels} == {True, False}
-    inputs = model.random_inputs()
-    host = autoplace.TargetSet({"cpu": "llvm"})
-    plain, ours = (Runner(single_device_build(model.mod, schedule_cpu=scheduled), host, model.params,
-                          ["cpu"] * len(model.params), ["cpu"] * len(inputs)) for scheduled in (False, True))
-    want = plain(*inputs)
-    np.testing.assert_allclose(ours(*inputs), want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(placement.run(*inputs), want, rtol=1e-4, atol=1e-4)
-
-
 def _rms_norm(x, squared, weight):
     return R.multiply(weight, R.multiply(x, R.rsqrt(R.add(R.mean(squared, axis=[-1], keepdims=True),
                                                           relax.const(1e-6, "float32")))))

@@ -843,19 +843,6 @@ def test_kernels_a_zen_now_compiles_without_scatters_are_timed_again_with_their_
     checked.clear()
     again = profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
     assert checked == [] and again["measured"] == 0
-    # version 14: a kernel timed under 13 whose build refuses gathers now and had some is timed again, one whose build
-    # gathers as it did is not (nor is a kernel that refuses gathers but never had one)
-    assert ZEN_FEATURES_VERSION == 14
-    monkeypatch.setattr(job, "refuses_gathers", lambda func: unit_key(func, "llvm") in (gathered, scattered))
-    for key in keys:
-        store.append(dict(old, key=key, cpu_schedule=13, median_us=3.0))
-    checked.clear()
-    profile_models([model], {"cpu": "llvm"}, store, copies=False, progress=False)
-    newest = store.newest_good()
-    assert sorted(checked) == sorted(set(keys))
-    assert newest[("unit", gathered, "llvm")]["median_us"] != 3.0  # now refuses its gathers
-    assert newest[("unit", plain, "llvm")]["median_us"] == 3.0  # gathers as under 13
-    assert newest[("unit", scattered, "llvm")]["median_us"] == 3.0  # refuses gathers, had none; its scatters as under 13
 
 
 def test_cpu_kernels_are_timed_warm_and_in_model_and_old_records_are_timed_again(tmp_path):

@@ -98,9 +98,7 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    :data:`ZEN_LLVM_FEATURES` (LLVM no longer vectorises their scalar loops across rows with gathers and scatters;
 #:    same TIR, so a job times again the kernels whose code that changes: :data:`ZEN_FEATURES_VERSION`).
 #: 13: ``prefer-no-scatter`` only (version 12 also had ``prefer-no-gather``, which slowed convolutions on odd rows).
-#: 14: a Zen's row-reduction and elementwise kernels, and its convolutions onto 1x1 maps, also without LLVM's gathers
-#:    (:data:`ZEN_NO_GATHER`, :func:`refuses_gathers_on_zen`); the other convolutions and matmuls keep them.
-SCHEDULE_VERSION = 14
+SCHEDULE_VERSION = 13
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -131,8 +129,11 @@ def host_cpu() -> str:
 #: beyond the noise (0.99x among 11 convolutions of the op families). ``prefer-no-gather`` as well (schedule version
 #: 12) gained more on some (mobilenetv2's 1x1 convolutions on 1x1 maps 2.0-2.2x, vit's softmax over 2x17x17 1.6x) but
 #: made convolutions whose rows no vector divides, which LLVM reads with gathers, up to 2.3x slower (a 3x3 convolution
-#: over 32x29x29 38 -> 88 us, Wav2Vec-style 1D convolutions 1.3x): it is not used. A target whose ``mattr`` names the
-#: feature itself (``-prefer-no-scatter``) keeps its own choice.
+#: over 32x29x29 38 -> 88 us, Wav2Vec-style 1D convolutions 1.3x): it is not used. Nor per kernel (session 56, commit
+#: 82515cd: row reductions, elementwise kernels and convolutions onto 1x1 maps without gathers, the other convolutions
+#: with them): mobilenetv2's 1x1-map convolutions ran 2.0-2.2x faster warm and alone, but 16 models built both ways
+#: ran 0.99-1.02x as fast side by side (in a model those weights arrive from L3, not L1). A target whose ``mattr``
+#: names the feature itself (``-prefer-no-scatter``) keeps its own choice.
 ZEN_LLVM_FEATURES = ("+prefer-no-scatter",)
 
 
@@ -140,51 +141,7 @@ ZEN_LLVM_FEATURES = ("+prefer-no-scatter",)
 #: under an older one keeps its record only where :func:`gathers_and_scatters_without_zen_features` says the features
 #: leave its code as it was (a profile key is the kernel's TIR, which they do not change): a kernel with scatters is
 #: timed again, and one of version 12 (compiled with ``prefer-no-gather`` too) with gathers.
-ZEN_FEATURES_VERSION = 14
-
-#: The LLVM tuning feature a Zen's kernel also gets where :func:`refuses_gathers_on_zen` says so (schedule version 14).
-#: ``experiments/llvm_scatter.py`` (session 55, Zen 5; every kernel of the zoo and the suite whose code it changes,
-#: timed side by side with ``prefer-no-scatter`` alone): kernels of :data:`ZEN_GATHER_FREE_RULES` 0.96-8.5x as fast
-#: (median 1.08: means 1.13-1.15x, vit's softmax over 2x17x17 1.6x, llama-base's position kernel 8.5x; four layer
-#: norms of 128-250 rows 0.96-1.04x, within the noise), convolutions onto 1x1 maps (mobilenetv2's 1x1 convolutions
-#: after its global pool) 2.04-2.22x, every other convolution that changed 0.44-0.83x (rows no vector divides, which
-#: LLVM reads with gathers): those keep them.
-ZEN_NO_GATHER = "+prefer-no-gather"
-#: Rules whose kernels a Zen compiles with :data:`ZEN_NO_GATHER`.
-ZEN_GATHER_FREE_RULES = ("RowReduction", "Injective")
-
-
-def refuses_gathers_on_zen(func: tirx.PrimFunc, rule: str) -> bool:
-    """Whether a Zen compiles the kernel ``func``, scheduled by ``rule``, with :data:`ZEN_NO_GATHER`: kernels of
-    :data:`ZEN_GATHER_FREE_RULES`, and ``Contraction`` kernels whose output is 1x1 maps (``N x C x 1 x 1``: a
-    convolution that is a matrix-vector product)."""
-    if rule in ZEN_GATHER_FREE_RULES:
-        return True
-    if rule != "Contraction" or not func.params:
-        return False
-    shape = list(getattr(func.params[-1].ty, "shape", None) or [])  # the output buffer
-    return len(shape) == 4 and all(isinstance(d, tirx.IntImm) and int(d) == 1 for d in shape[2:])
-
-
-def _with_zen_gather_choice(func: tirx.PrimFunc, target: Target, rule: str) -> tirx.PrimFunc:
-    """``func`` with a target that adds :data:`ZEN_NO_GATHER` when ``target`` (the kernel's own, else ``target``)
-    is an AMD Zen's, names no choice of its own and :func:`refuses_gathers_on_zen`; else ``func`` as it is."""
-    own = func.attrs.get("target") if func.attrs else None
-    target = own if own is not None else target
-    if target is None or target.kind.name != "llvm" or not refuses_gathers_on_zen(func, rule):
-        return func
-    config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
-    named = {str(a).lstrip("+-") for a in config.get("mattr") or []}
-    if not str(config.get("mcpu") or "").startswith("znver") or ZEN_NO_GATHER.lstrip("+-") in named:
-        return func
-    config["mattr"] = [str(a) for a in config.get("mattr") or []] + [ZEN_NO_GATHER]
-    return func.with_attr("target", Target(config, host=target.host) if target.host is not None else Target(config))
-
-
-def refuses_gathers(func: tirx.PrimFunc) -> bool:
-    """Whether the scheduled CPU kernel ``func`` is compiled with :data:`ZEN_NO_GATHER` (its target names it)."""
-    target = func.attrs.get("target") if func.attrs else None
-    return target is not None and ZEN_NO_GATHER in [str(a) for a in target.attrs.get("mattr") or []]
+ZEN_FEATURES_VERSION = 13
 
 
 def _zen_features(config: dict) -> list:
@@ -235,7 +192,7 @@ def gathers_and_scatters_without_zen_features(func: tirx.PrimFunc) -> tuple[bool
     from .strided_loads import TIR_PIPELINE
 
     config = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag", "host")}
-    config["mattr"] = [str(a) for a in config.get("mattr") or [] if str(a) not in (*ZEN_LLVM_FEATURES, ZEN_NO_GATHER)]
+    config["mattr"] = [str(a) for a in config.get("mattr") or [] if str(a) not in ZEN_LLVM_FEATURES]
     main = func.with_attr("global_symbol", "main").without_attr("target")
     asm = tvm.tirx.build(tvm.IRModule({"main": main}), target=Target(config), pipeline=TIR_PIPELINE).inspect_source("asm")
     ops = {line.split()[0] for line in asm.splitlines() if line.startswith("\t") and not line.startswith("\t.")}
@@ -1549,7 +1506,6 @@ def schedule_prim_func(func: tirx.PrimFunc, target: Target, rules=None) -> tuple
         name = type(rule).__name__
         if name in STRIDED_LOAD_RULES:
             out = mark_strided_loads(out)
-        out = _with_zen_gather_choice(out, target, name)
         return out.with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, name), name
     if SERIAL_SMALL_UNSCHEDULED:
         func = _serial_when_small(func)

@@ -27,7 +27,6 @@ from ..backend.cpu_schedules import (
     SCHEDULE_VERSION,
     ZEN_FEATURES_VERSION,
     gathers_and_scatters_without_zen_features,
-    refuses_gathers,
     runs_in_parallel,
     vector_width,
     vectorized_row_reduction,
@@ -433,24 +432,12 @@ def _launches_other_kernels(newest: dict, done: set, launches_now: dict) -> set:
             and [str(k) for k in newest[tag]["unit_keys"]] != keys}
 
 
-def _zen_refused(version: int, func) -> set:
-    """What a Zen's build of the kernel ``func`` refused when its record was made under schedule ``version``:
-    ``"gathers"``, ``"scatters"`` (``ZEN_LLVM_FEATURES`` and ``ZEN_NO_GATHER`` of
-    :mod:`~autoplace.backend.cpu_schedules`); from :data:`ZEN_FEATURES_VERSION` on, what it refuses now."""
-    if version < 12:
-        return set()
-    if version == 12:  # every kernel built without both
-        return {"gathers", "scatters"}
-    if version < ZEN_FEATURES_VERSION:  # 13: scatters only
-        return {"scatters"}
-    return {"scatters"} | ({"gathers"} if refuses_gathers(func) else set())
-
-
 def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
     """Tags of ``done`` CPU kernel records made before :data:`~autoplace.backend.cpu_schedules.ZEN_FEATURES_VERSION`
-    whose kernel a Zen may now compile differently: LLVM's default build of it has a scatter or a gather that the
-    kernel's build refuses now and did not then, or the other way round (:func:`_zen_refused`); the key, the
-    kernel's TIR, is unchanged. Each such kernel is compiled once here; other machines' kernels are never checked."""
+    whose kernel a Zen may now compile differently: LLVM's default build of it has a scatter, which
+    :data:`~autoplace.backend.cpu_schedules.ZEN_LLVM_FEATURES` refuse (or, for a record of version 12, built without
+    gathers too, a gather); the key, the kernel's TIR, is unchanged.
+    Each such kernel is compiled once here; other machines' kernels are never checked."""
     changed, checked = set(), set()
     for _model, _graph, by_kind in extracted:
         for unit in by_kind.get("llvm", ()):
@@ -466,9 +453,7 @@ def _compiled_differently_now(newest: dict, done: set, extracted) -> set:
             if version >= ZEN_FEATURES_VERSION:
                 continue
             gathers, scatters = gathers_and_scatters_without_zen_features(unit.prim_func)
-            then, now = _zen_refused(version, unit.prim_func), _zen_refused(ZEN_FEATURES_VERSION, unit.prim_func)
-            if any(has and ((kind in then) != (kind in now))
-                   for kind, has in (("gathers", gathers), ("scatters", scatters))):
+            if scatters or (gathers and version == 12):  # version 12 refused gathers too
                 changed.add(tag)
     return changed
 
@@ -873,7 +858,7 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
                    if untimed_in_model & set(seen) else "")
                 + (f"; {len(model_runs)} models timed end to end, {len(again)} of them again to time "
                    f"their kernels in context ({IN_CONTEXT_TIMING})" if again else "")
-                + (f"; {len(recompiled)} CPU kernels timed again because the Zen's LLVM features (ZEN_LLVM_FEATURES, ZEN_NO_GATHER) "
+                + (f"; {len(recompiled)} CPU kernels timed again because the Zen's LLVM features (ZEN_LLVM_FEATURES) "
                    "change their code" if recompiled else "")
                 + (f"; {len(other_kernels)} models timed again because their records launch other kernels "
                    "than the current build (a legalization, schedule or code generation change)" if other_kernels else ""))
