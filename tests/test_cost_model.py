@@ -285,6 +285,28 @@ def test_fit_returns_self_and_predicts_positive_latencies(records):
     assert est.target_kinds_ == ["llvm"] and est.hardware_id_ == HW and est.tvm_version_ == TVM
 
 
+def test_the_base_margin_starts_from_each_targets_call_floor(records, tmp_path):
+    # the floor is the 5% quantile of the target kind's training latencies; a kernel of next to no work starts
+    # from it (not from its tiny work term), a large one from its work; saved and loaded with the model; a model
+    # saved before it (no "call_floor_us") and call_floor=None have none
+    est = XGBCostModel(**FAST).fit(records, hardware_id=HW, tvm_version=TVM)
+    floor = float(np.quantile(_units(records)["median_us"].astype(float), 0.05))
+    assert est.call_floor_us_ == {"llvm": pytest.approx(floor)}
+    tiny = _unit("tiny", "m", ["relax.add"], [[1], [1], [1]], 0.01)
+    big = _unit("big", "m", ["relax.matmul"], [[512, 512], [512, 512], [512, 512]], 100.0, flops=2 * 512**3)
+    margin = np.exp(est._margin([tiny, big], ["llvm", "llvm"]))
+    assert floor <= margin[0] < 1.01 * floor + work(tiny) * np.exp(est.offset_)
+    assert margin[1] == pytest.approx(work(big) * np.exp(est.offset_), rel=1e-3)
+    again = load(est.save(str(tmp_path / "floored.json")))
+    assert again.call_floor_us_ == est.call_floor_us_
+    np.testing.assert_array_equal(again.predict(_units(records)), est.predict(_units(records)))
+    data = _read_json(str(tmp_path / "floored.json"))
+    del data["state"]["call_floor_us"]
+    (tmp_path / "before.json").write_text(json.dumps(data))
+    assert load(str(tmp_path / "before.json")).call_floor_us_ == {}
+    assert XGBCostModel(**FAST, call_floor=None).fit(records, hardware_id=HW, tvm_version=TVM).call_floor_us_ == {}
+
+
 @pytest.mark.parametrize("kind", ["xgb", "roofline"])
 def test_save_load_round_trip_gives_identical_predictions(records, tmp_path, kind):
     est = create(kind, random_state=0).fit(records, hardware_id=HW, tvm_version=TVM)
