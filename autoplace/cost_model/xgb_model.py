@@ -66,8 +66,8 @@ class XGBCostModel(CostModel):
     drop_features : tuple of str
         Leave out features whose names start with these prefixes (ablations, e.g. ``("mem_",)``).
     call_floor : float or None
-        Quantile of each target kind's training latencies taken as the time any call of a kernel costs there
-        (the ``floor`` of the base margin, see the module notes); ``None``: no floor (the margin of models saved
+        Quantile of each target kind's training latencies taken as about what the cheapest calls of a kernel cost
+        there (the ``floor`` of the base margin, see the module notes); ``None``: no floor (as in models saved
         before it). Session 56 on the Zen 5, leaving one architecture out (one fold each, seeds 0 and 1): the small
         roberta's kernels ranked at Spearman 0.92-0.93 without a floor, 0.95-0.96 at the 1% quantile (6 ns),
         0.96-0.97 at the 5% (9 ns); t5-encoder's 0.94-0.96, 0.94-0.97, 0.96-0.97; llama's 0.95, 0.97, 0.97.
