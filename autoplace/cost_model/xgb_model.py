@@ -171,8 +171,7 @@ class XGBCostModel(CostModel):
             return np.full(len(recs), self.offset_)
         if self.base_margin != "work":
             raise ValueError(f"base_margin must be 'work' or None, not {self.base_margin!r}")
-        floors = getattr(self, "call_floor_us_", {})
-        floor_us = np.array([float(floors.get(str(t), 0.0)) for t in targets])
+        floor_us = np.array([float(self.call_floor_us_.get(str(t), 0.0)) for t in targets])
         return np.log(floor_us + np.array([_work(r) for r in recs], dtype=float) * np.exp(self.offset_))
 
     # -- fitting -------------------------------------------------------------------------------------
