@@ -159,6 +159,13 @@ FAMILIES = {
     # a basic residual block's 3x3 convolutions (and its 1x1 stride-2 shortcut) giving 1x1, 2x2 and 4x4 maps with
     # 32-512 channels: the last stages of a ResNet on 32x32-64x64 images, where ``cnn_pow2``'s smallest map is 8
     "cnn_tiny_maps": "conv",
+    # the convolutions of the toy and test-sized CNNs users try first (MNIST / CIFAR notebooks, a tiny ResNet, two
+    # branches and a gate): 4-24 channels on 4x4-32x32 maps, 3x3 and 5x5 at stride 1, 3x3 and 1x1 at stride 2
+    # widening 2x; a few taps and channels per output pixel, so loop and padding overheads and stride-2 reads weigh
+    # as much as the multiply-adds. Held out leaving one architecture out, the Zen 5 had priced the zoo cnn's stride-2
+    # 8 -> 16 3x3 onto 8x8 14% under its 1.70 us (session 56): besides the zoo's own, the training data had no
+    # stride-2 3x3 convolution of fewer than 16 input channels
+    "conv_narrow": "conv",
     # stride-1 convolutions (with bias + ReLU) on maps whose rows no vector divides (17, 19, 23, 29, 38: Inception-v3's
     # 17x17 stage with its 1x7 / 7x1 pairs, YOLO's 19x19 / 38x38 heads): since CPU schedule 9 computed over the
     # flattened map, 4-29x faster than in rows (experiments/conv_rows.py), so unlike any other odd-row convolution
@@ -1062,6 +1069,59 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     return models
 
 
+#: Input channel counts of :func:`_conv_narrow` (a toy CNN's widths; stride 2 doubles them).
+NARROW_CHANNELS = (4, 6, 8, 12, 16, 24)
+#: Output map sizes of :func:`_conv_narrow`: a toy CNN's maps on 16x16-32x32 images, then on 64x64 ones.
+NARROW_OUTPUTS = (4, 8, 16, 32)
+#: ``(kernel, stride, tail)`` of :func:`_conv_narrow`, in turn: a basic residual block's (3x3 + bias + ReLU, the
+#: same with the shortcut added before the ReLU, 3x3 stride 2 widening 2x + bias + ReLU, the 1x1 stride-2
+#: shortcut + bias) and a 5x5 + bias gated by its own sigmoid (a two-branch CNN's gate, SiLU in its decomposed form).
+NARROW_OPS = ((3, 1, "-relu"), (3, 1, "-residual-relu"), (3, 2, "-relu"), (1, 2, ""), (5, 1, "-gate"))
+#: ``(input channels, input map, output channels, kernel, stride)`` of the zoo's convolutions with at most 24 input
+#: channels (cnn, resnet, inception, resnet-base, mobilenetv2, convnext, at either size): not drawn, so that leaving
+#: an architecture out of the cost model's evaluation leaves its kernels out too.
+NARROW_HELD_OUT = ((8, 16, 8, 3, 1), (8, 16, 16, 3, 2), (8, 16, 16, 1, 2), (16, 8, 16, 3, 1),
+                   (8, 8, 8, 3, 1), (8, 8, 16, 3, 2), (8, 8, 16, 1, 2), (16, 4, 16, 3, 1),
+                   (16, 16, 16, 3, 1), (16, 16, 32, 3, 2), (16, 16, 32, 1, 2))
+
+
+def _conv_narrow(rng, n: int) -> list[Model]:
+    """Toy CNNs' convolutions, :data:`NARROW_OPS` in turn on each of :data:`NARROW_OUTPUTS` in turn, input widths from
+    :data:`NARROW_CHANNELS` in a seeded order per map (no (op, width, map) twice, none of :data:`NARROW_HELD_OUT`)."""
+    from tvm import relax
+
+    op = relax.op
+    orders = {h: rng.permutation(len(NARROW_CHANNELS)) for h in NARROW_OUTPUTS}
+    on_map, drawn, models = dict.fromkeys(NARROW_OUTPUTS, 0), set(), []
+    for i in range(n):
+        k, s, tail = NARROW_OPS[i % len(NARROW_OPS)]
+        h = NARROW_OUTPUTS[i // len(NARROW_OPS) % len(NARROW_OUTPUTS)]
+        ring = [NARROW_CHANNELS[int(j)] for j in np.roll(orders[h], -on_map[h])]
+        on_map[h] += 1
+
+        def fresh(c, k=k, s=s, tail=tail, h=h):
+            return (k, s, tail, c, h) not in drawn and (c, h * s, c * s, k, s) not in NARROW_HELD_OUT
+
+        cin = next(c for c in ring if fresh(c))
+        drawn.add((k, s, tail, cin, h))
+        cout, h_in = cin * s, h * s
+        weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
+        shortcut = _const(rng, (1, cout, h, h))
+
+        def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
+            y = op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b)
+            if tail == "-residual-relu":
+                y = op.add(bb.emit(y), r)
+            if tail == "-gate":
+                y = bb.emit(y)
+                return op.multiply(y, bb.emit(op.sigmoid(y)))
+            return op.nn.relu(bb.emit(y)) if tail else y
+
+        models.append(_model(f"ops-conv_narrow-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
+                             _f32((1, cin, h_in, h_in)), body))
+    return models
+
+
 #: Kinds of :data:`FAMILIES` ``space_to_depth`` models, in turn: Swin's patch merging with the residual add fused in
 #: front (``(H*W, C)`` branch + ``(1, H*W, C)`` stream), without it, and YOLOv5's Focus (NCHW).
 SPACE_TO_DEPTH_KINDS = ("tokens_residual", "tokens", "nchw")
@@ -1548,7 +1608,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "conv_wide_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "space_to_depth": 24,
+          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "conv_narrow": 40, "space_to_depth": 24,
           "conv_dw_tiny_maps": 24, "window_attn_bias": 16, "window_partition": 16,
           "conv1d_seq": 24}
 DEFAULT_COUNT = 4
@@ -1644,6 +1704,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _conv_small_maps(rng, count, family=family, channels=WIDE_SMALL_MAP_CHANNELS)
     if family == "cnn_tiny_maps":
         return _cnn_tiny_maps(rng, count)
+    if family == "conv_narrow":
+        return _conv_narrow(rng, count)
     if family == "conv_stem":
         return _conv_stem(rng, count)
     if family == "conv_head":

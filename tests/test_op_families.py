@@ -306,6 +306,33 @@ def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_withou
     assert sorted(seen) == sorted([(k, s, t, h) for k, s, t in TINY_MAP_OPS for h in TINY_MAP_OUTPUTS] * 4)
 
 
+def test_narrow_convolutions_are_toy_cnns_blocks_and_gates_without_the_zoos_shapes():
+    from autoplace.op_families import NARROW_CHANNELS, NARROW_HELD_OUT, NARROW_OPS, NARROW_OUTPUTS
+
+    models = op_family_models(families=["conv_narrow"], tiny=False)
+    assert len(models) == len({m.name for m in models}) == 40
+    seen = []
+    for m in models:
+        ops = _calls(m)
+        calls = [e.op.name for e in ops]
+        (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
+        cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
+        cout, k = int(conv.args[1].ty.shape[0]), int(conv.args[1].ty.shape[2])
+        stride, h = int(conv.attrs.strides[0]), int(list(conv.ty.shape)[-1])
+        assert cin in NARROW_CHANNELS and h in NARROW_OUTPUTS and h_in == h * stride, m.name
+        assert cout == cin * stride, m.name
+        assert (cin, h_in, cout, k, stride) not in NARROW_HELD_OUT, m.name  # leaving cnn / resnet out leaves theirs out
+        tail = re.match(r"ops-conv_narrow-conv\dx\ds\d-\d+x\d+x\d+-\d+(.*)$", m.name).group(1)
+        assert (calls.count("relax.add") == 2) == (tail == "-residual-relu"), m.name  # the shortcut added
+        assert ("relax.nn.relu" in calls) == tail.endswith("relu"), m.name
+        assert ("relax.sigmoid" in calls and "relax.multiply" in calls) == (tail == "-gate"), m.name
+        seen.append((k, stride, tail, h))
+    # every op on every map size, twice
+    assert sorted(seen) == sorted([(k, s, t, h) for k, s, t in NARROW_OPS for h in NARROW_OUTPUTS] * 2)
+    # the zoo cnn's stride-2 3x3 onto 8x8 is left out, its neighbours are not
+    assert not any(m.name.startswith("ops-conv_narrow-conv3x3s2-8x16x16-16") for m in models)
+
+
 def test_channels_last_kernels_are_a_blocks_permutes_norms_and_layer_scales_without_the_suites_convnext_shapes():
     from autoplace.op_families import CHANNELS_LAST_HELD_OUT, CHANNELS_LAST_KINDS
 
