@@ -1033,15 +1033,28 @@ TINY_MAP_HELD_OUT = ((64, 4), (128, 2), (16, 4))
 TINY_MAP_OPS = ((3, 1, "-relu"), (3, 1, "-residual-relu"), (3, 2, "-relu"), (1, 2, ""))
 
 
+def _block_conv(bb, x, weight, bias, shortcut, k: int, s: int, tail: str):
+    """A CNN block's k x k convolution at stride ``s`` (padding ``k // 2``) + bias, then its ``tail``: ``""``
+    nothing, ``"-relu"``, ``"-residual-relu"`` (the shortcut added before the ReLU) or ``"-gate"`` (times its own
+    sigmoid); FuseOps makes one kernel of it."""
+    from tvm import relax
+
+    op = relax.op
+    y = op.add(bb.emit(op.nn.conv2d(x, weight, strides=s, padding=k // 2)), bias)
+    if tail == "-residual-relu":
+        y = op.add(bb.emit(y), shortcut)
+    if tail == "-gate":
+        y = bb.emit(y)
+        return op.multiply(y, bb.emit(op.sigmoid(y)))
+    return op.nn.relu(bb.emit(y)) if tail else y
+
+
 def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     """A basic residual block's convolutions whose outputs are 1x1, 2x2 or 4x4 maps (the last stages of a ResNet on
     small images), :data:`TINY_MAP_OPS` in turn: 3x3 + bias + ReLU, the same with the shortcut added before the
     ReLU, 3x3 stride 2 (widening 2x) + bias + ReLU, and the 1x1 stride-2 shortcut + bias. Rows of 1-4 pixels and
     taps mostly in the padding: on the Zen 4 resnet-base's 3x3 convolutions on 2x2 maps ran in about 0.6x of what
     the cost model had priced them at from ``cnn_pow2``'s maps of 8 and more (session 39)."""
-    from tvm import relax
-
-    op = relax.op
     widths = {h: [c for c in TINY_MAP_CHANNELS if (c, h) not in TINY_MAP_HELD_OUT] for h in TINY_MAP_OUTPUTS}
     orders = {h: rng.permutation(len(cs)) for h, cs in widths.items()}  # on each map, every model its own width
     drawn, on_map = set(), dict.fromkeys(TINY_MAP_OUTPUTS, 0)
@@ -1059,10 +1072,7 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
         shortcut = _const(rng, (1, cout, h, h))
 
         def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
-            y = op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b)
-            if tail == "-residual-relu":
-                y = op.add(bb.emit(y), r)
-            return op.nn.relu(bb.emit(y)) if tail else y
+            return _block_conv(bb, x, w, b, r, k, s, tail)
 
         models.append(_model(f"ops-cnn_tiny_maps-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
                              _f32((1, cin, h_in, h_in)), body))
@@ -1088,9 +1098,6 @@ NARROW_HELD_OUT = ((8, 16, 8, 3, 1), (8, 16, 16, 3, 2), (8, 16, 16, 1, 2), (16, 
 def _conv_narrow(rng, n: int) -> list[Model]:
     """Toy CNNs' convolutions, :data:`NARROW_OPS` in turn on each of :data:`NARROW_OUTPUTS` in turn, input widths from
     :data:`NARROW_CHANNELS` in a seeded order per map (no (op, width, map) twice, none of :data:`NARROW_HELD_OUT`)."""
-    from tvm import relax
-
-    op = relax.op
     orders = {h: rng.permutation(len(NARROW_CHANNELS)) for h in NARROW_OUTPUTS}
     on_map, drawn, models = dict.fromkeys(NARROW_OUTPUTS, 0), set(), []
     for i in range(n):
@@ -1109,13 +1116,7 @@ def _conv_narrow(rng, n: int) -> list[Model]:
         shortcut = _const(rng, (1, cout, h, h))
 
         def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
-            y = op.add(bb.emit(op.nn.conv2d(x, w, strides=s, padding=k // 2)), b)
-            if tail == "-residual-relu":
-                y = op.add(bb.emit(y), r)
-            if tail == "-gate":
-                y = bb.emit(y)
-                return op.multiply(y, bb.emit(op.sigmoid(y)))
-            return op.nn.relu(bb.emit(y)) if tail else y
+            return _block_conv(bb, x, w, b, r, k, s, tail)
 
         models.append(_model(f"ops-conv_narrow-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
                              _f32((1, cin, h_in, h_in)), body))

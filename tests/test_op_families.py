@@ -281,6 +281,17 @@ def test_small_chains_are_one_kernel_of_few_elements_that_keeps_shape_and_dtype(
     assert {link for chain in links for link in chain} == set(SMALL_CHAIN_LINKS)
 
 
+def _block_conv(model):
+    """The op names a one-convolution block model calls, and its convolution's ``(input channels, input map,
+    output channels, kernel, stride, output map)``."""
+    ops = _calls(model)
+    (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
+    cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
+    cout, k = int(conv.args[1].ty.shape[0]), int(conv.args[1].ty.shape[2])
+    stride, h = int(conv.attrs.strides[0]), int(list(conv.ty.shape)[-1])
+    return [e.op.name for e in ops], (cin, h_in, cout, k, stride, h)
+
+
 def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_without_the_suites_resnet_shapes():
 
     from autoplace.op_families import TINY_MAP_HELD_OUT, TINY_MAP_OPS, TINY_MAP_OUTPUTS
@@ -289,12 +300,7 @@ def test_tiny_map_convolutions_are_a_residual_blocks_on_1_to_4_pixel_maps_withou
     assert len(models) == len({m.name for m in models}) == 48
     seen = []
     for m in models:
-        ops = _calls(m)
-        calls = [e.op.name for e in ops]
-        (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
-        cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
-        cout, k = int(conv.args[1].ty.shape[0]), int(conv.args[1].ty.shape[2])
-        stride, h = int(conv.attrs.strides[0]), int(list(conv.ty.shape)[-1])
+        calls, (cin, h_in, cout, k, stride, h) = _block_conv(m)
         assert h in TINY_MAP_OUTPUTS and h_in == h * stride, m.name
         assert (cout, h) not in TINY_MAP_HELD_OUT, m.name  # leaving ResNet out leaves its kernels out
         assert cout == (2 * cin if stride == 2 else cin), m.name
@@ -313,12 +319,7 @@ def test_narrow_convolutions_are_toy_cnns_blocks_and_gates_without_the_zoos_shap
     assert len(models) == len({m.name for m in models}) == 40
     seen = []
     for m in models:
-        ops = _calls(m)
-        calls = [e.op.name for e in ops]
-        (conv,) = [e for e in ops if e.op.name == "relax.nn.conv2d"]
-        cin, h_in = (int(v) for v in list(conv.args[0].ty.shape)[1:3])
-        cout, k = int(conv.args[1].ty.shape[0]), int(conv.args[1].ty.shape[2])
-        stride, h = int(conv.attrs.strides[0]), int(list(conv.ty.shape)[-1])
+        calls, (cin, h_in, cout, k, stride, h) = _block_conv(m)
         assert cin in NARROW_CHANNELS and h in NARROW_OUTPUTS and h_in == h * stride, m.name
         assert cout == cin * stride, m.name
         assert (cin, h_in, cout, k, stride) not in NARROW_HELD_OUT, m.name  # leaving cnn / resnet out leaves theirs out
