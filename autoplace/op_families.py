@@ -1033,6 +1033,16 @@ TINY_MAP_HELD_OUT = ((64, 4), (128, 2), (16, 4))
 TINY_MAP_OPS = ((3, 1, "-relu"), (3, 1, "-residual-relu"), (3, 2, "-relu"), (1, 2, ""))
 
 
+def _block_model(rng, family: str, cin: int, cout: int, h: int, k: int, s: int, tail: str) -> Model:
+    """``ops-<family>-conv<k>x<k>s<s>-<cin>x<H>x<H>-<cout><tail>``: :func:`_block_conv` onto an ``h`` x ``h`` map (its
+    input ``h * s`` pixels wide), with seeded weights, bias and shortcut."""
+    weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
+    shortcut = _const(rng, (1, cout, h, h))
+    h_in = h * s
+    return _model(f"ops-{family}-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}", _f32((1, cin, h_in, h_in)),
+                  lambda bb, x: _block_conv(bb, x, weight, bias, shortcut, k, s, tail))
+
+
 def _block_conv(bb, x, weight, bias, shortcut, k: int, s: int, tail: str):
     """A CNN block's k x k convolution at stride ``s`` (padding ``k // 2``) + bias, then its ``tail``: ``""``
     nothing, ``"-relu"``, ``"-residual-relu"`` (the shortcut added before the ReLU) or ``"-gate"`` (times its own
@@ -1067,15 +1077,8 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
         on_map[h] += 1
         cout = next((c for c in ring if (k, s, tail, c, h) not in drawn), ring[0])
         drawn.add((k, s, tail, cout, h))
-        cin, h_in = (cout // 2 if s == 2 else cout), h * s
-        weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
-        shortcut = _const(rng, (1, cout, h, h))
-
-        def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
-            return _block_conv(bb, x, w, b, r, k, s, tail)
-
-        models.append(_model(f"ops-cnn_tiny_maps-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
-                             _f32((1, cin, h_in, h_in)), body))
+        cin = cout // 2 if s == 2 else cout
+        models.append(_block_model(rng, "cnn_tiny_maps", cin, cout, h, k, s, tail))
     return models
 
 
@@ -1111,15 +1114,8 @@ def _conv_narrow(rng, n: int) -> list[Model]:
 
         cin = next(c for c in ring if fresh(c))
         drawn.add((k, s, tail, cin, h))
-        cout, h_in = cin * s, h * s
-        weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
-        shortcut = _const(rng, (1, cout, h, h))
-
-        def body(bb, x, w=weight, b=bias, r=shortcut, k=k, s=s, tail=tail):
-            return _block_conv(bb, x, w, b, r, k, s, tail)
-
-        models.append(_model(f"ops-conv_narrow-conv{k}x{k}s{s}-{cin}x{h_in}x{h_in}-{cout}{tail}",
-                             _f32((1, cin, h_in, h_in)), body))
+        cout = cin * s
+        models.append(_block_model(rng, "conv_narrow", cin, cout, h, k, s, tail))
     return models
 
 
