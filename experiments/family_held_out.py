@@ -28,16 +28,15 @@ from autoplace.op_families import FAMILIES
 from autoplace.profile import ProfileStore, default_profile_dir
 
 
-def held_out_prices(units: pd.DataFrame, family: str, shared_keys: set, random_state: int = 0,
+def held_out_prices(units: pd.DataFrame, family: str, shared_keys: set, full: XGBCostModel, random_state: int = 0,
                     hardware_id: str | None = None) -> pd.DataFrame:
     """The family's kernels but ``shared_keys`` (those other models launch too), with ``measured_us``,
-    ``held_out_us`` (a model fitted without them) and ``in_sample_us`` (fitted on everything)."""
+    ``held_out_us`` (a model fitted without them) and ``in_sample_us`` (``full``, fitted on every unit)."""
     own = units["model"].str.startswith(f"ops-{family}-") & ~units["key"].isin(shared_keys)
     if not own.any():
         raise SystemExit(f"the profile has no kernel of op family {family!r}: autoplace profile --zoo ops:{family} "
                          "--no-copies --no-end-to-end")
     held = XGBCostModel(random_state=random_state).fit(units[~own].reset_index(drop=True), hardware_id=hardware_id)
-    full = XGBCostModel(random_state=random_state).fit(units, hardware_id=hardware_id)
     fam = units[own].reset_index(drop=True)
     return pd.DataFrame({"model": fam["model"], "func_name": fam["func_name"], "measured_us": fam["median_us"],
                          "held_out_us": held.predict(fam), "in_sample_us": full.predict(fam)})
@@ -64,10 +63,11 @@ def main(argv=None) -> None:
     records = ProfileStore(profile).records()
     records = records[(records["kind"] == "unit") & (records["target"] == "llvm")]
     units = training_units(records)
+    hardware_id = os.path.basename(os.path.normpath(profile))
+    full = XGBCostModel(random_state=args.random_state).fit(units, hardware_id=hardware_id)  # one for every family
     for family in args.families:
         others = set(records.loc[~records["model"].astype(str).str.startswith(f"ops-{family}-"), "key"])
-        hardware_id = os.path.basename(os.path.normpath(profile))
-        prices = held_out_prices(units, family, others, args.random_state, hardware_id)
+        prices = held_out_prices(units, family, others, full, args.random_state, hardware_id)
         path = write_csv(prices, f"family_held_out_{family}.csv", hardware_id)
         print(f"{family}: {summary(prices)} ({path})")
         worst = prices.assign(ratio=prices["held_out_us"] / prices["measured_us"])
