@@ -151,8 +151,7 @@ def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, m
             fastest["alone"] = min(fastest.get("alone", np.inf), us)
     per_call = max(0.0, (fastest[65] - fastest[1]) / 64)
     per_arg = max(0.0, (fastest["args"] - fastest[1]) / 8)
-    result = dict(median_us=float(per_call), single_call_us=float(fastest[1]), per_arg_us=float(per_arg),
-                  probe_rounds=max(1, int(rounds)))
+    result = dict(median_us=float(per_call), single_call_us=float(fastest[1]), per_arg_us=float(per_arg))
     if kernel is not None:
         elems = 1 << 20
         result["alloc_us_per_byte"] = max(0.0, fastest["alloc"] - fastest["alone"] - fastest[1]) / (4 * elems)
