@@ -103,6 +103,8 @@ def args_module(num_args: int, elems: int, vdevice) -> tvm.IRModule:
 #: (session 58) read ``per_arg_us`` 0.095 and 0.167 us in two runs 12 s apart (0.25 and 0.325 a week before), and
 #: seed003, one 1 us kernel on three inputs, is priced mostly from it.
 LAUNCH_PROBE_ROUNDS = 5
+#: Elements of the float32 tensor whose allocation the ``alloc`` probe times (4 MiB).
+ALLOC_ELEMS = 1 << 20
 
 
 def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, min_repeat_ms: int = 20,
@@ -123,36 +125,30 @@ def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, m
     target = TargetSet({name: targets[name].target})
     vdevice, dev = target[name].vdevice, target[name].device
 
-    def built(mod):
+    def vm_probe(mod, args):
         mod.update_global_info("vdevice", target.vdevices)
-        return build(mod, fuse=False)
+        executable = build(mod, fuse=False)
+        return lambda: _vm_time_us(executable, target, args, repeat=repeat, min_repeat_ms=min_repeat_ms)["median_us"]
 
     one = tvm.runtime.tensor(np.zeros(1, "float32"), dev)
-    probes = {calls: (built(launch_module(calls, vdevice)), [one]) for calls in (1, 65)}
-    probes["args"] = (built(args_module(9, 1, vdevice)), [one] * 9)
-    kernel = big = out = None
+    probes = {calls: vm_probe(launch_module(calls, vdevice), [one]) for calls in (1, 65)}
+    probes["args"] = vm_probe(args_module(9, 1, vdevice), [one] * 9)
     if target[name].kind == "llvm":  # the kernel-alone timing below runs on this machine's CPU
-        elems = 1 << 20
-        big = tvm.runtime.tensor(np.zeros(elems, "float32"), dev)
-        probes["alloc"] = (built(args_module(1, elems, vdevice)), [big])
-        a = te.placeholder((elems,), "float32", name="a")
-        kernel = tvm.tirx.build(te.create_prim_func([a, te.compute((elems,), lambda i: a[i] + a[i])]),
+        big = tvm.runtime.tensor(np.zeros(ALLOC_ELEMS, "float32"), dev)
+        probes["alloc"] = vm_probe(args_module(1, ALLOC_ELEMS, vdevice), [big])
+        a = te.placeholder((ALLOC_ELEMS,), "float32", name="a")
+        kernel = tvm.tirx.build(te.create_prim_func([a, te.compute((ALLOC_ELEMS,), lambda i: a[i] + a[i])]),
                                 target=target[name].target)
-        out = tvm.runtime.tensor(np.zeros(elems, "float32"), dev)
-    fastest: dict = {}
+        out = tvm.runtime.tensor(np.zeros(ALLOC_ELEMS, "float32"), dev)
+        timer = kernel.time_evaluator(kernel.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        probes["alone"] = lambda: float(np.median(timer(big, out).results)) * 1e6
+    fastest = dict.fromkeys(probes, np.inf)
     for _ in range(max(1, int(rounds))):
-        for probe, (executable, args) in probes.items():
-            us = _vm_time_us(executable, target, args, repeat=repeat, min_repeat_ms=min_repeat_ms)["median_us"]
-            fastest[probe] = min(fastest.get(probe, np.inf), us)
-        if kernel is not None:
-            timer = kernel.time_evaluator(kernel.entry_name, dev, number=1, repeat=repeat,
-                                          min_repeat_ms=min_repeat_ms)
-            us = float(np.median(timer(big, out).results)) * 1e6
-            fastest["alone"] = min(fastest.get("alone", np.inf), us)
-    per_call = max(0.0, (fastest[65] - fastest[1]) / 64)
-    per_arg = max(0.0, (fastest["args"] - fastest[1]) / 8)
-    result = dict(median_us=float(per_call), single_call_us=float(fastest[1]), per_arg_us=float(per_arg))
-    if kernel is not None:
-        elems = 1 << 20
-        result["alloc_us_per_byte"] = max(0.0, fastest["alloc"] - fastest["alone"] - fastest[1]) / (4 * elems)
-    return result
+        for probe, time_us in probes.items():
+            fastest[probe] = min(fastest[probe], time_us())
+    single = float(fastest[1])
+    result = dict(median_us=max(0.0, (fastest[65] - single) / 64), single_call_us=single,
+                  per_arg_us=max(0.0, (fastest["args"] - single) / 8))
+    if "alloc" in probes:
+        result["alloc_us_per_byte"] = max(0.0, fastest["alloc"] - fastest["alone"] - single) / (4 * ALLOC_ELEMS)
+    return {key: float(value) for key, value in result.items()}

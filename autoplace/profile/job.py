@@ -39,7 +39,7 @@ from ..targets import TargetSet
 from .cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
-from .host_speed import APART, HostSpeed
+from .host_speed import APART, CALM, SLOW, HostSpeed
 from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
 from .rounds import FASTEST_ROUNDS_WITHIN, fastest_round_indices, fastest_rounds
@@ -159,18 +159,15 @@ def time_end_to_end(runner, inputs, kind: str, *, repeat: int = 7, speed: HostSp
     return timing
 
 
-def _a_calm_round_among_fastest(medians: list, slowdowns, calm_within: float | None = None) -> bool:
+def _a_calm_round_among_fastest(medians: list, slowdowns, calm_within: float = SLOW) -> bool:
     """Whether a round within 10% of the fastest (:func:`fastest_rounds`) was read while the host-speed canary
     ran calm (``host_slowdown`` at most ``calm_within``, by default :data:`~autoplace.profile.host_speed.SLOW`).
     ``slowdowns`` holds the canary's reading before each round (``round_slowdowns``, one per round of
     ``medians``, matched from the newest round backwards where a record's in-model rounds began later); a round
     without one (a record timed before the canary, a GPU kernel) counts as calm: nothing says it was not."""
-    from .host_speed import SLOW
-
     if not isinstance(slowdowns, list):
         return True
-    limit = SLOW if calm_within is None else float(calm_within)
-    return any(s is None or float(s) <= limit for s in _readings_of_fastest(medians, slowdowns))
+    return any(s is None or float(s) <= calm_within for s in _readings_of_fastest(medians, slowdowns))
 
 
 def _readings_of_fastest(medians: list, readings: list) -> list:
@@ -209,11 +206,10 @@ def confirmed(record: dict) -> bool:
     Zen 3's model records, rounds at 1.05-1.15x read a median 1.05x the same record's rounds at 1.05x or less
     (282 of 989 over 1.1x; the Zen 4's: 1.05x, 131 of 356).
     """
-    from .host_speed import CALM
     from .in_context import in_context_ceiling_us
 
     slowdowns = record.get("round_slowdowns")
-    calm_within = CALM if record.get("kind") == "model" else None
+    calm_within = CALM if record.get("kind") == "model" else SLOW
     for field, single in (("round_medians_us", "median_us"), ("round_in_model_medians_us", "in_model_median_us")):
         medians = record.get(field)
         if medians is None and field != "round_medians_us" and single not in record:

@@ -33,17 +33,12 @@ from ..backend.pipeline import build
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
-from .copies import DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
+from .copies import ALLOC_ELEMS, DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
 from .job import model_fields, model_placement, target_label, unit_record
 from .measure import compile_kernel
 from .remote_runner import BENCH, IN_CONTEXT_FILE, STASH, STREAM_FILE
 from .store import SUCCESS, ProfileStore, _intact
 from .units import extract_units
-
-#: Elements of the tensor whose allocation the ``alloc`` probes time (4 MiB of float32), as
-#: :func:`autoplace.profile.copies.measure_launch_overhead`.
-ALLOC_ELEMS = 1 << 20
-
 
 # ------------------------------------------------------------------------------------------------- items
 
