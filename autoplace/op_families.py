@@ -1064,7 +1064,10 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     small images), :data:`TINY_MAP_OPS` in turn: 3x3 + bias + ReLU, the same with the shortcut added before the
     ReLU, 3x3 stride 2 (widening 2x) + bias + ReLU, and the 1x1 stride-2 shortcut + bias. Rows of 1-4 pixels and
     taps mostly in the padding: on the Zen 4 resnet-base's 3x3 convolutions on 2x2 maps ran in about 0.6x of what
-    the cost model had priced them at from ``cnn_pow2``'s maps of 8 and more (session 39)."""
+    the cost model had priced them at from ``cnn_pow2``'s maps of 8 and more (session 39). Each (op, map) gets
+    eight widths since session 59 (four before): on the Zen 3 power-of-two widths ran 1.15-1.4x faster per flop than
+    the 96/192/384 ones beside them, and with four widths a map's 3x3 convolutions had no power-of-two width above
+    64 to learn that from (resnet-base's 128 x 2x2 ones priced 1.4x)."""
     widths = {h: [c for c in TINY_MAP_CHANNELS if (c, h) not in TINY_MAP_HELD_OUT] for h in TINY_MAP_OUTPUTS}
     orders = {h: rng.permutation(len(cs)) for h, cs in widths.items()}  # on each map, every model its own width
     drawn, on_map = set(), dict.fromkeys(TINY_MAP_OUTPUTS, 0)
@@ -1605,7 +1608,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "avg_pool2d": 6, "linear": 6, "attn_tokens": 6, "cnn_stage": 30, "cnn_pow2": 20, "cnn_pow2_mixed": 16, "conv_stem": 28,
           "conv_small_maps": 16, "conv_wide_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
-          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 48, "conv_narrow": 40, "space_to_depth": 24,
+          "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 96, "conv_narrow": 40, "space_to_depth": 24,
           "conv_dw_tiny_maps": 24, "window_attn_bias": 16, "window_partition": 16,
           "conv1d_seq": 24}
 DEFAULT_COUNT = 4

@@ -852,6 +852,28 @@ def test_an_input_of_main_is_priced_at_the_probes_cost_and_a_weight_at_the_fitte
     assert table.invoke_us("llvm:0", num_args=2, num_inputs=5) == pytest.approx(fit["invoke_us"] + 0.2)
 
 
+def test_the_probe_of_a_kind_is_the_fastest_of_its_devices_newest_probes():
+    """The Zen 3's profile kept a one-round probe of its second CPU device (``llvm:1``, 0.325 us an input) that
+    ``--redo launch`` never timed again beside ``llvm:0``'s newest five-round one (0.159): their mean priced
+    seed003's inputs 0.16 us dear. Each device's newest probe counts (not the one last in the file), and the kind's
+    probe is the fastest of them, field by field."""
+    records = _overhead_records(30, per_arg=0.03)
+    models = records["kind"] == "model"
+    records.loc[models, "num_inputs"] = 3
+    records.loc[models, "num_args"] = np.maximum(records.loc[models, "num_args"], 3)
+    launch = records[records["kind"] == "launch"].iloc[0].to_dict()
+    stale = [dict(launch, target="llvm:1", per_arg_us=0.325, single_call_us=0.79, median_us=0.27,
+                  measured_at="2026-11-24T00:59:48+00:00"),
+             dict(launch, per_arg_us=0.25, single_call_us=1.35, measured_at="2026-11-24T00:59:46+00:00")]
+    records = records[records["kind"] != "launch"]
+    newest = dict(launch, measured_at="2026-12-01T00:30:57+00:00")  # 0.2 us an input, first in the file
+    table = CostTable(pd.concat([pd.DataFrame([newest] + stale), records], ignore_index=True))
+    probe = table.overhead_fit_["llvm:0"]["probe"]
+    assert probe["per_arg_us"] == pytest.approx(0.2)  # llvm:0's newest (not its older 0.25), not the mean with 0.325
+    assert probe["launch_us"] == pytest.approx(0.2) and probe["invoke_us"] == pytest.approx(0.52)  # 0.79 - 0.27
+    assert table.overhead_fit_["llvm:1"]["per_input_us"] == pytest.approx(0.2)
+
+
 def test_vm_overheads_besides_kernels_timed_in_context_are_fitted_apart():
     """Model records that also carry their kernels' in-context times (each kernel here 1.25x its warm time, the
     VM's overhead besides them 2 us + 0.05 us per launch) give a second fit, used with ``in_context=True``."""

@@ -354,7 +354,10 @@ class CostTable:
                     self.unsupported_[tag] = str(st)
             self._fit_in_model_factors(df)
             self._read_in_context(df)
-            for _, rec in df[df["kind"] == "launch"].iterrows():
+            launches = df[df["kind"] == "launch"]
+            if "measured_at" in launches:  # each label's newest probe last (it wins)
+                launches = launches.sort_values("measured_at", kind="stable", na_position="first")
+            for _, rec in launches.iterrows():
                 if np.isfinite(rec.get("median_us", np.nan)):
                     self.launch_[str(rec["target"])] = float(rec["median_us"])
                     single = rec.get("single_call_us", np.nan)
@@ -633,14 +636,22 @@ class CostTable:
 
     def _fit_overheads(self, df: pd.DataFrame) -> None:
         """Replace the probed VM overheads with :func:`fit_vm_overhead`, once per target kind (the end-to-end
-        records say nothing about which device of a kind ran them), where it applies."""
+        records say nothing about which device of a kind ran them), where it applies.
+
+        The probe of a kind is the fastest of its devices' newest probes, field by field: the devices of a kind
+        are the same VM on the same machine, a busy host only adds to what a call costs (as
+        :func:`~autoplace.profile.copies.measure_launch_overhead` keeps its fastest round), and a device that
+        ``--redo launch`` did not time again keeps an old probe. (Their mean, before session 59, priced each
+        input of the Zen 3's models at 0.242 us: its ``llvm:1`` kept a one-round probe of 0.325 beside
+        ``llvm:0``'s five-round 0.159, and seed003's three inputs read 0.16 us dear.)"""
         labels = [label for label in self.launch_ if label in self.invoke_]
         for kind in sorted({kind_of_label(label) for label in labels}):
             mine = [label for label in labels if kind_of_label(label) == kind]
-            probe = dict(invoke_us=float(np.mean([self.invoke_[k] for k in mine])),
-                         launch_us=float(np.mean([self.launch_[k] for k in mine])),
-                         per_arg_us=float(np.mean([self.per_arg_.get(k, 0.0) for k in mine])),
-                         alloc_us_per_byte=float(np.mean([self.alloc_.get(k, 0.0) for k in mine])))
+            probe = dict(invoke_us=float(np.min([self.invoke_[k] for k in mine])),
+                         launch_us=float(np.min([self.launch_[k] for k in mine])),
+                         per_arg_us=float(np.min([self.per_arg_.get(k, np.inf) for k in mine])),
+                         alloc_us_per_byte=float(np.min([self.alloc_.get(k, np.inf) for k in mine])))
+            probe = {field: (value if np.isfinite(value) else 0.0) for field, value in probe.items()}
             fit_in_context = fit_vm_overhead(df, kind, probe, in_context=True)
             if fit_in_context is not None:
                 self.overhead_fit_in_context_.update({label: dict(fit_in_context, probe=probe) for label in mine})
