@@ -33,7 +33,15 @@ from ..backend.pipeline import build
 from ..frontend import load_model
 from ..graph import op_graph
 from ..targets import TargetSet
-from .copies import ALLOC_ELEMS, DEFAULT_COPY_SIZES, args_module, copy_module, fit_copy_cost, launch_module
+from .copies import (
+    ALLOC_ELEMS,
+    DEFAULT_COPY_SIZES,
+    LAUNCH_PROBE_ROUNDS,
+    args_module,
+    copy_module,
+    fit_copy_cost,
+    launch_module,
+)
 from .job import model_fields, model_placement, target_label, unit_record
 from .measure import compile_kernel
 from .remote_runner import BENCH, IN_CONTEXT_FILE, STASH, STREAM_FILE
@@ -66,7 +74,9 @@ def launch_items(targets: TargetSet, name: str) -> list[tuple[dict, object]]:
     """``[(item, build)]`` of the probes that give target ``name``'s ``launch`` record (``build(path)``
     writes the item's file): 1- and 65-call chains, a 9-argument ``main`` and, on a CPU, a 4 MiB
     allocation in the VM and the same ``add`` kernel alone (see
-    :func:`~autoplace.profile.copies.measure_launch_overhead`)."""
+    :func:`~autoplace.profile.copies.measure_launch_overhead`). The runner keeps each probe's fastest of
+    :data:`~autoplace.profile.copies.LAUNCH_PROBE_ROUNDS` timings (``probe_rounds``; the local job interleaves its
+    rounds over the probes, a runner times one probe's in a row)."""
     one = TargetSet({name: targets[name].target})
     label = target_label(targets[name])
     kind, vdevice = one[name].kind, one[name].vdevice
@@ -78,7 +88,7 @@ def launch_items(targets: TargetSet, name: str) -> list[tuple[dict, object]]:
             build(mod, fuse=False).export_library(path)
 
         item = dict(record=dict(kind="launch_probe", key=key, target=label), file=f"lib/launch_{name}_{key}.so",
-                    devices=[[kind, 0]], inputs=inputs)
+                    devices=[[kind, 0]], inputs=inputs, probe_rounds=LAUNCH_PROBE_ROUNDS)
         out.append((item, write))
 
     for calls in (1, 65):
@@ -97,7 +107,7 @@ def launch_items(targets: TargetSet, name: str) -> list[tuple[dict, object]]:
 
         out.append((dict(record=dict(kind="launch_probe", key="alloc_alone", target=label), alone=True, kind=kind,
                          file=f"lib/launch_{name}_alloc_alone.so", arg_shapes=[[ALLOC_ELEMS], [ALLOC_ELEMS]],
-                         arg_dtypes=["float32", "float32"], num_outputs=1), alone))
+                         arg_dtypes=["float32", "float32"], num_outputs=1, probe_rounds=LAUNCH_PROBE_ROUNDS), alone))
     return out
 
 
