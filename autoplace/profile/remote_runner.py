@@ -565,7 +565,7 @@ def run_item(tvm, runtime_vm, item, *, load, make_device, timing, arrays=None, i
 
 def fastest(time_once, rounds: int) -> dict:
     """The summary of ``time_once()`` with the smallest median over ``rounds`` calls."""
-    return min((time_once() for _ in range(max(1, rounds))), key=lambda summary_: summary_["median_us"])
+    return min((time_once() for _ in range(max(1, rounds))), key=lambda timed: timed["median_us"])
 
 
 def error_text(err):
