@@ -107,6 +107,16 @@ LAUNCH_PROBE_ROUNDS = 5
 ALLOC_ELEMS = 1 << 20
 
 
+def alloc_alone_func():
+    """The ``alloc`` probe's ``x + x`` over :data:`ALLOC_ELEMS` float32 as a bare kernel (``main``), timed alone to
+    take the kernel's own time out of the probe."""
+    from tvm import te
+
+    a = te.placeholder((ALLOC_ELEMS,), "float32", name="a")
+    func = te.create_prim_func([a, te.compute((ALLOC_ELEMS,), lambda i: a[i] + a[i])])
+    return func.with_attr("global_symbol", "main")
+
+
 def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, min_repeat_ms: int = 20,
                             rounds: int = LAUNCH_PROBE_ROUNDS) -> dict:
     """The VM's own costs on target ``name``, beyond the kernels:
@@ -120,8 +130,6 @@ def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, m
     Each probe is built once and timed in ``rounds`` rounds, one probe after the other, and its fastest round
     counts: a busy host only adds to what a call costs (:data:`LAUNCH_PROBE_ROUNDS`).
     """
-    from tvm import te
-
     target = TargetSet({name: targets[name].target})
     vdevice, dev = target[name].vdevice, target[name].device
 
@@ -136,9 +144,7 @@ def measure_launch_overhead(targets: TargetSet, name: str, *, repeat: int = 7, m
     if target[name].kind == "llvm":  # the kernel-alone timing below runs on this machine's CPU
         big = tvm.runtime.tensor(np.zeros(ALLOC_ELEMS, "float32"), dev)
         probes["alloc"] = vm_probe(args_module(1, ALLOC_ELEMS, vdevice), [big])
-        a = te.placeholder((ALLOC_ELEMS,), "float32", name="a")
-        kernel = tvm.tirx.build(te.create_prim_func([a, te.compute((ALLOC_ELEMS,), lambda i: a[i] + a[i])]),
-                                target=target[name].target)
+        kernel = tvm.tirx.build(tvm.IRModule({"main": alloc_alone_func()}), target=target[name].target)
         out = tvm.runtime.tensor(np.zeros(ALLOC_ELEMS, "float32"), dev)
         timer = kernel.time_evaluator(kernel.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         probes["alone"] = lambda: float(np.median(timer(big, out).results)) * 1e6

@@ -37,6 +37,7 @@ from .copies import (
     ALLOC_ELEMS,
     DEFAULT_COPY_SIZES,
     LAUNCH_PROBE_ROUNDS,
+    alloc_alone_func,
     args_module,
     copy_module,
     fit_copy_cost,
@@ -98,12 +99,7 @@ def launch_items(targets: TargetSet, name: str) -> list[tuple[dict, object]]:
         vm_probe("alloc", args_module(1, ALLOC_ELEMS, vdevice), [[[ALLOC_ELEMS], "float32", 0]])
 
         def alone(path, target=one[name].target):
-            from tvm import te
-
-            a = te.placeholder((ALLOC_ELEMS,), "float32", name="a")
-            func = te.create_prim_func([a, te.compute((ALLOC_ELEMS,), lambda i: a[i] + a[i])])
-            tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                           target=target).export_library(path)
+            tvm.tirx.build(tvm.IRModule({"main": alloc_alone_func()}), target=target).export_library(path)
 
         out.append((dict(record=dict(kind="launch_probe", key="alloc_alone", target=label), alone=True, kind=kind,
                          file=f"lib/launch_{name}_alloc_alone.so", arg_shapes=[[ALLOC_ELEMS], [ALLOC_ELEMS]],
