@@ -62,6 +62,9 @@ RULE_ATTR = "autoplace.cpu_schedule"
 #: of them a register tile may use as accumulators (the rest hold the vector operand and a broadcast).
 _REGISTERS = {512: 32, 256: 16, 128: 16}
 _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
+#: Vector registers up to which a tile of narrow vectors holds at most :attr:`Contraction.NARROW_MAX_ROWS` rows:
+#: AVX2's 16 (measured there); AVX-512's 32 keep 12 until a machine with them is measured.
+NARROW_ROWS_REGISTERS = 16
 #: Work below which a block runs on one thread, by rule: multiply-adds of a contraction, elements of an
 #: elementwise or layout block, loop iterations of a row reduction. Waking TVM's second worker and joining it
 #: costs ~4 us: a kernel of under a microsecond took 5x longer in parallel, and two threads paid off only from
@@ -98,7 +101,10 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #:    :data:`ZEN_LLVM_FEATURES` (LLVM no longer vectorises their scalar loops across rows with gathers and scatters;
 #:    same TIR, so a job times again the kernels whose code that changes: :data:`ZEN_FEATURES_VERSION`).
 #: 13: ``prefer-no-scatter`` only (version 12 also had ``prefer-no-gather``, which slowed convolutions on odd rows).
-SCHEDULE_VERSION = 13
+#: 14: on AVX2 (16 vector registers), a contraction tile whose vector fills half a register or less holds at most 8
+#:    rows (:attr:`Contraction.NARROW_MAX_ROWS`; was 12: 96-, 192-, 384-channel convolutions on 2x2 and 4x4 maps,
+#:    MobileNetV2's 1x1 ones there); AVX-512 kernels are unchanged.
+SCHEDULE_VERSION = 14
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -793,10 +799,22 @@ class Contraction(CPUScheduleRule):
 
     #: Rows are padded to a multiple of this when their count has no divisor of at least 4 up to max_rows.
     ROW_PAD = 8
+    #: Most rows of a tile whose vector fills half a register or less (the 2- and 4-wide output rows of a
+    #: convolution on a 2x2 or 4x4 map) on a machine with :data:`NARROW_ROWS_REGISTERS` vector registers or fewer.
+    #: On the AMD Zen 3 (AVX2) 8 rows ran such kernels 0.83x the time of 10 or 12 (median of 18 kernels, 0.52-1.12x;
+    #: MobileNetV2-base's contraction kernels 0.89x, a 96-channel 3x3 convolution on a 2x2 map 0.79x); rows of a
+    #: full register or of one lane ran 1.01-1.06x slower with 8 (``experiments/register_rows.py``, session 60).
+    NARROW_MAX_ROWS = 8
 
     def __init__(self, max_rows: int = 12, max_vectors: int = 4):
         self.max_rows = max_rows
         self.max_vectors = max_vectors
+
+    def most_rows(self, lanes: int, max_lanes: int, registers: int | None) -> int:
+        """The most rows a tile of ``lanes``-wide vectors may hold (:attr:`NARROW_MAX_ROWS` for a vector of half a
+        register or less on a machine with at most :data:`NARROW_ROWS_REGISTERS` registers, else ``max_rows``)."""
+        narrow = registers is not None and registers <= NARROW_ROWS_REGISTERS and 1 < lanes <= max_lanes // 2
+        return min(self.max_rows, self.NARROW_MAX_ROWS) if narrow else self.max_rows
 
     def pads_rows(self, e_u: int) -> bool:
         """Whether ``e_u`` rows are padded to a multiple of :attr:`ROW_PAD` (no divisor of at least 4
@@ -808,7 +826,8 @@ class Contraction(CPUScheduleRule):
         """The register tile for an output of ``e_v`` elements along v and ``e_u`` rows, and what it costs.
 
         Chunks of v that divide its extent are preferred (no predicated tail): ``nv`` full vectors, or
-        one vector narrower than a register (14 of 16 lanes for a row of 56). The tile that
+        one vector narrower than a register (14 of 16 lanes for a row of 56). Rows: a divisor of ``e_u`` up to
+        :meth:`most_rows` (fewer for a vector of half a register or less with ``registers`` 16). The tile that
         needs the fewest loads per useful multiply-add, within ``budget`` accumulator registers, wins;
         with ``registers`` (the vector registers there are), its accumulators, its vector operand and
         one broadcast must fit in them (with 16: 4 rows x 3 vectors, not 3 x 4, which spills). With ``odd``,
@@ -847,7 +866,7 @@ class Contraction(CPUScheduleRule):
         for lanes, nv in options:
             regs = nv * -(-lanes // max_lanes)
             used = lanes * nv / (regs * max_lanes)
-            for ut in _divisors(e_u, self.max_rows) or [1]:
+            for ut in _divisors(e_u, self.most_rows(lanes, max_lanes, registers)) or [1]:
                 if ut * regs > budget or (registers is not None and ut * regs + regs + 1 > registers):
                     continue
                 cost = (ut + regs) / (ut * regs) / used  # loads per useful multiply-add
