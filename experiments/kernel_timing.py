@@ -45,6 +45,15 @@ def time_interleaved(built: dict, rounds: int, sample_s: float = 1e-3) -> dict:
     return times
 
 
+def time_variants(by_variant: dict, rounds: int) -> dict:
+    """Every distinct kernel of ``{variant: {model: [(func_name, TIR hash, unit, ...)]}}`` built once and timed in
+    interleaved rounds (:func:`time_interleaved`): ``{TIR hash: [median us of each round]}``."""
+    built = build_kernels((launch[1], launch[2]) for launches in by_variant.values()
+                          for model_launches in launches.values() for launch in model_launches)
+    print(f"{len(built)} distinct kernel builds over {len(by_variant)} variants", flush=True)
+    return time_interleaved(built, rounds)
+
+
 def time_runners_interleaved(runners: dict, inputs, rounds: int, sample_us: float = 20_000.0) -> dict:
     """Whole builds side by side: every runner's outputs checked against the first's (within 1e-3), then
     ``{name: [median us of each round]}``, the runners (``autoplace`` :class:`~autoplace.place.Runner`) timed in

@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 import pandas as pd
-from kernel_timing import build_kernels, time_interleaved
+from kernel_timing import time_variants
 from results_folder import results_folder
 
 DEFAULT_MODELS = ("inception", "mobilenetv2", "convnext", "resnet", "bert", "gpt2", "vit", "cnn",
@@ -80,10 +80,7 @@ def main(argv=None):
     from autoplace.backend.cpu_schedules import RULE_ATTR
 
     by_threshold = {t: kernels_at(args.models, t) for t in args.thresholds}
-    built = build_kernels((tir_hash, unit) for launches in by_threshold.values()
-                          for spec_launches in launches.values() for _, tir_hash, unit in spec_launches)
-    print(f"{len(built)} distinct kernel builds over {len(args.thresholds)} thresholds", flush=True)
-    rounds = time_interleaved(built, args.rounds)
+    rounds = time_variants(by_threshold, args.rounds)
     rows = []
     for t, launches in by_threshold.items():
         for spec, spec_launches in launches.items():

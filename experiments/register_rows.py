@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 import pandas as pd
-from kernel_timing import build_kernels, time_interleaved
+from kernel_timing import time_variants
 from results_folder import results_folder
 
 DEFAULT_MODELS = ("cnn", "cnn-base", "resnet", "resnet-base", "mobilenetv2", "mobilenetv2-base", "convnext",
@@ -122,10 +122,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     by_variant = {v: kernels_at(args.models, v) for v in args.variants}
-    built = build_kernels((tir_hash, unit) for launches in by_variant.values()
-                          for spec_launches in launches.values() for _, tir_hash, unit, _ in spec_launches)
-    print(f"{len(built)} distinct kernel builds over {len(args.variants)} variants", flush=True)
-    rounds = time_interleaved(built, args.rounds)
+    rounds = time_variants(by_variant, args.rounds)
     rows = []
     for variant, launches in by_variant.items():
         for spec, spec_launches in launches.items():
