@@ -211,7 +211,7 @@ def test_conv2d(n, c, h, o, k, stride, pad, groups):
 
 
 def test_a_tile_of_vectors_of_half_a_register_or_less_holds_at_most_eight_rows_with_16_registers():
-    # On the AMD Zen 3 (AVX2) 8 rows of 2- or 4-lane vectors ran 0.83x the time of 12 (experiments/register_rows.py)
+    # On the AMD Zen 3 (AVX2) 8 rows of 2- or 4-lane vectors ran 0.81x the time of 10-12 (experiments/register_rows.py)
     rule = cs.Contraction()
     avx2 = dict(max_lanes=8, budget=cs._ACCUMULATORS[256], registers=cs._REGISTERS[256], odd=True)
     avx512 = dict(max_lanes=16, budget=cs._ACCUMULATORS[512], registers=cs._REGISTERS[512], odd=True)

@@ -801,9 +801,10 @@ class Contraction(CPUScheduleRule):
     ROW_PAD = 8
     #: Most rows of a tile whose vector fills half a register or less (the 2- and 4-wide output rows of a
     #: convolution on a 2x2 or 4x4 map) on a machine with :data:`NARROW_ROWS_REGISTERS` vector registers or fewer.
-    #: On the AMD Zen 3 (AVX2) 8 rows ran such kernels 0.83x the time of 10 or 12 (median of 18 kernels, 0.52-1.12x;
-    #: MobileNetV2-base's contraction kernels 0.89x, a 96-channel 3x3 convolution on a 2x2 map 0.79x); rows of a
-    #: full register or of one lane ran 1.01-1.06x slower with 8 (``experiments/register_rows.py``, session 60).
+    #: On the AMD Zen 3 (AVX2) 8 rows ran such kernels 0.81x the time of 10 or 12 (median of the 24 kernels the rule
+    #: changes, 0.51-1.14x; MobileNetV2-base's contraction kernels 0.90x, a 96-channel 3x3 convolution on a 2x2 map
+    #: 0.80x); rows of a full register or of one lane ran 1.01-1.06x slower with 8 (``experiments/register_rows.py``,
+    #: session 60).
     NARROW_MAX_ROWS = 8
 
     def __init__(self, max_rows: int = 12, max_vectors: int = 4):
