@@ -7,11 +7,12 @@ keeps the tile's accumulators in vector registers. It picks the tile with the fe
 registers of AVX2, 24 of AVX-512's 32). A convolution whose output rows are narrow (a 2x2, 4x4, 7x7 or 14x14 map:
 one register per row) gets the most rows its channel count allows: until schedule version 14, 12 for 96, 192, 384
 channels, 8 for 64, 128, 256; since then at most ``Contraction.NARROW_MAX_ROWS`` (8) on AVX2 for a vector of half a
-register or less. A variant is ``rows=<max_rows>``, ``acc=<AVX2 accumulator budget>`` and/or
-``narrow=<NARROW_MAX_ROWS>`` joined by ``,`` (``default``: the shipped values; ``narrow=12``: version 13's tiles); for each, the models' kernels are extracted as the build makes them, a kernel whose TIR does not
+register or less. A variant is ``rows=<max_rows>``, ``acc=<AVX2 accumulator budget>``, ``narrow=<NARROW_MAX_ROWS>`` and/or
+``regs=<NARROW_ROWS_REGISTERS>`` joined by ``,`` (``default``: the shipped values; ``narrow=12``: version 13's tiles;
+``regs=32``: the narrow-row cap on AVX-512's 32 registers too); for each, the models' kernels are extracted as the build makes them, a kernel whose TIR does not
 change between variants is timed once, and all builds are timed in interleaved rounds (``time_evaluator``, ~1 ms
 per sample, median of each round) so they see the same host. Each kernel's row carries the tile the variant gave it
-(rows, registers, lanes of its AVX2 plan).
+(rows, registers, lanes of its plan for this machine's vector width).
 
     python experiments/register_rows.py [--models cnn-base mobilenetv2-base ...] [--variants narrow=12 default]
 
@@ -50,17 +51,19 @@ def op_family_model(name: str):
 
 @contextlib.contextmanager
 def tile_budget(variant: str):
-    """The Contraction rule with ``variant``'s ``max_rows`` and AVX2 accumulator budget, inside the block."""
+    """The Contraction rule with ``variant``'s ``max_rows``, AVX2 accumulator budget and narrow-row cap, inside
+    the block."""
     from autoplace.backend import cpu_schedules
 
     defaults = cpu_schedules.Contraction.__init__.__defaults__
     accumulators = dict(cpu_schedules._ACCUMULATORS)
     settings = {} if variant == "default" else dict(part.split("=") for part in variant.split(","))
-    unknown = set(settings) - {"rows", "acc", "narrow"}
+    unknown = set(settings) - {"rows", "acc", "narrow", "regs"}
     if unknown:
         raise SystemExit(f"variant {variant!r}: unknown setting(s) {sorted(unknown)}; use rows=<n>, acc=<n>, "
-                         "narrow=<n>")
+                         "narrow=<n>, regs=<n>")
     narrow = cpu_schedules.Contraction.NARROW_MAX_ROWS
+    narrow_registers = cpu_schedules.NARROW_ROWS_REGISTERS
     try:
         if "rows" in settings:
             cpu_schedules.Contraction.__init__.__defaults__ = (int(settings["rows"]),) + defaults[1:]
@@ -68,16 +71,20 @@ def tile_budget(variant: str):
             cpu_schedules._ACCUMULATORS[256] = int(settings["acc"])
         if "narrow" in settings:
             cpu_schedules.Contraction.NARROW_MAX_ROWS = int(settings["narrow"])
+        if "regs" in settings:
+            cpu_schedules.NARROW_ROWS_REGISTERS = int(settings["regs"])
         yield cpu_schedules.Contraction()
     finally:
         cpu_schedules.Contraction.__init__.__defaults__ = defaults
         cpu_schedules.Contraction.NARROW_MAX_ROWS = narrow
+        cpu_schedules.NARROW_ROWS_REGISTERS = narrow_registers
         cpu_schedules._ACCUMULATORS.clear()
         cpu_schedules._ACCUMULATORS.update(accumulators)
 
 
-def avx2_tile(rule, record: dict) -> dict:
-    """The AVX2 register tile ``rule`` gives a unit record's anchor (rows ``ut``, vectors ``nv``, ``lanes``), or {}."""
+def register_tile(rule, record: dict, bits: int) -> dict:
+    """The register tile ``rule`` gives a unit record's anchor on ``bits``-wide vectors (rows ``ut``, vectors
+    ``nv``, ``lanes``), or {}."""
     from autoplace.backend import cpu_schedules
     from autoplace.cost_model.features import _tile_axes
 
@@ -87,17 +94,20 @@ def avx2_tile(rule, record: dict) -> dict:
     e_v, e_u, _ = axes
     if rule.pads_rows(e_u):
         e_u = -(-e_u // rule.ROW_PAD) * rule.ROW_PAD
-    plan = rule.tile_plan(e_v, e_u, 8, cpu_schedules._ACCUMULATORS[256], cpu_schedules._REGISTERS[256], odd=True)
+    plan = rule.tile_plan(e_v, e_u, bits // 32, cpu_schedules._ACCUMULATORS[bits], cpu_schedules._REGISTERS[bits],
+                          odd=True)
     return dict(e_v=e_v, e_u=e_u, ut=plan["ut"], nv=plan["nv"], lanes=plan["lanes"])
 
 
 def kernels_at(specs, variant: str) -> dict:
     """``{spec: [(func_name, TIR hash, unit, tile)]}``: each model's contraction kernels built under ``variant``."""
     from autoplace import zoo
+    from autoplace.backend.cpu_schedules import cpu_target, vector_bits
     from autoplace.cost_model.features import features_from_unit
     from autoplace.graph import op_graph
     from autoplace.profile.units import extract_units
 
+    bits = vector_bits(cpu_target("llvm"))
     out = {}
     with tile_budget(variant) as rule:
         for spec in specs:
@@ -106,7 +116,7 @@ def kernels_at(specs, variant: str) -> dict:
             out[spec] = []
             for unit in extract_units(model, "llvm", graph=graph):
                 record = features_from_unit(unit, graph)
-                tile = avx2_tile(rule, record)
+                tile = register_tile(rule, record, bits)
                 if tile:
                     tile["anchor_input_shapes"] = str(record["anchor_input_shapes"])
                     out[spec].append((unit.func_name, unit.key, unit, tile))

@@ -63,7 +63,9 @@ RULE_ATTR = "autoplace.cpu_schedule"
 _REGISTERS = {512: 32, 256: 16, 128: 16}
 _ACCUMULATORS = {512: 24, 256: 12, 128: 12}
 #: Vector registers up to which a tile of narrow vectors holds at most :attr:`Contraction.NARROW_MAX_ROWS` rows:
-#: AVX2's 16 (measured there); AVX-512's 32 keep 12 until a machine with them is measured.
+#: AVX2's 16 (measured there). AVX-512's 32 keep 12: on the Intel Xeon f6m167 (AVX-512) the cap ran the 21
+#: kernels it would change at a median 1.04-1.40x their 12-row time by tile (MobileNetV2-base's contractions 1.125x;
+#: ``experiments/register_rows.py --variants default regs=32``, session 61).
 NARROW_ROWS_REGISTERS = 16
 #: Work below which a block runs on one thread, by rule: multiply-adds of a contraction, elements of an
 #: elementwise or layout block, loop iterations of a row reduction. Waking TVM's second worker and joining it
