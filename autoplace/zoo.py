@@ -329,7 +329,7 @@ def regime_grid(max_fmas: float = 6.8e7, max_fmas_large_m: float = 3e8) -> list[
     and the cost model's evaluation never holds it out (family ``grid``). Measured on the 2-core EPYC
     profile, adding the grid brought every held-out zoo model's predicted end-to-end latency within
     11% (mlp-base from -45% to about -1%) and BERT-base's (never profiled) within 2%; a grid of
-    transposes as well made seed003-base and bert-base worse, so transposes are not in it (README,
+    transposes as well made seed003-base and bert-base worse, so transposes are not in it (experiments/RESULTS.md,
     experiments/results/cost_model_summary.md).
     """
     from tvm import relax

@@ -76,8 +76,11 @@ VARIANTS = {
     "xgb-without-grid": ("xgb", {"train_filter": _no_grid}),
 }
 
-SPEARMAN_MIN = 0.9
-E2E_MAX_ERR = 0.2
+#: Acceptance (issue 11), one set for the leave-one-family-out check and the band evaluation: every held-out
+#: model's pure end-to-end prediction within 15% of its measured latency, kernel Spearman >= 0.95 per held-out
+#: model with at least 3 distinct kernels (until session 61 this check took 20% and 0.9, looser than the issue).
+SPEARMAN_MIN = 0.95
+E2E_MAX_ERR = 0.15
 
 
 def _fmt(v, pct=False):
@@ -180,10 +183,11 @@ def retest_spearman(records: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
 
 
 def check(models: pd.DataFrame, seeds: pd.DataFrame | None = None) -> dict:
-    """Acceptance: Spearman >= 0.9 for every held-out model with >= 3 distinct kernels, and the
-    predicted end-to-end latency of every held-out model within 20% (pure, lookup-first, oracle;
+    """Acceptance: Spearman >= :data:`SPEARMAN_MIN` for every held-out model with >= 3 distinct kernels, and the
+    predicted end-to-end latency of every held-out model within :data:`E2E_MAX_ERR` (pure, lookup-first, oracle;
     and, with ``seeds``, the worst seed)."""
     out = {}
+    pct = round(E2E_MAX_ERR * 100)
     for target, m in models.groupby("target"):
         ranked = m[m["distinct"] >= 3]
         entry = {
@@ -200,11 +204,11 @@ def check(models: pd.DataFrame, seeds: pd.DataFrame | None = None) -> dict:
         ):
             if col in m:
                 bad = m.loc[m[col].abs() > E2E_MAX_ERR, "model"].tolist()
-                entry[f"{col}_within_20pct"] = int((m[col].abs() <= E2E_MAX_ERR).sum())
+                entry[f"{col}_within_{pct}pct"] = int((m[col].abs() <= E2E_MAX_ERR).sum())
                 entry[f"{col}_failing"] = bad
         if seeds is not None and not seeds.empty:
             worst = seeds[seeds["target"] == target]
-            entry["e2e_pure_err_worst_seed_within_20pct"] = int((worst["worst"].abs() <= E2E_MAX_ERR).sum())
+            entry[f"e2e_pure_err_worst_seed_within_{pct}pct"] = int((worst["worst"].abs() <= E2E_MAX_ERR).sum())
             entry["e2e_pure_err_worst_seed_failing"] = worst.loc[worst["worst"].abs() > E2E_MAX_ERR, "model"].tolist()
         entry["models"] = len(m)
         out[target] = entry
@@ -318,8 +322,8 @@ BAND_VARIANTS = {
 }
 #: Acceptance of the band evaluation (issue 11): pure prediction end to end within 15%, Spearman >= 0.95
 #: per held-out model (>= 3 distinct kernels), nominal 80% kernel band covering 70-90% of held-out kernels.
-BAND_E2E_MAX_ERR = 0.15
-BAND_SPEARMAN_MIN = 0.95
+BAND_E2E_MAX_ERR = E2E_MAX_ERR
+BAND_SPEARMAN_MIN = SPEARMAN_MIN
 BAND_COVERAGE_RANGE = (0.7, 0.9)
 
 
@@ -689,7 +693,7 @@ def main(argv=None) -> int:
         print(f"\nEnd-to-end error over {args.seeds} XGBoost seeds\n")
         print(seeds.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
     checks = check(models, seeds)
-    print("\nAcceptance (Spearman >= 0.9 per model with >= 3 kernels; e2e within 20%):")
+    print(f"\nAcceptance (Spearman >= {SPEARMAN_MIN} per model with >= 3 kernels; e2e within {E2E_MAX_ERR:.0%}):")
     print(json.dumps(checks, indent=1))
 
     os.makedirs(args.out, exist_ok=True)

@@ -39,7 +39,7 @@ class XGBCostModel(CostModel):
     max_depth : int
         Depth of each tree. 5 since session 26: on the Zen 3's records, leaving one architecture out, depth 5
         ranked every held-out model's kernels at Spearman >= 0.95 (21 of 21; depth 4: 20, depth 6: 19) with the
-        same end-to-end errors (``experiments/cost_model_eval.py``; README, session 26).
+        same end-to-end errors (``experiments/cost_model_eval.py``; experiments/RESULTS.md, session 26).
     min_child_weight : float
     subsample : float
         Fraction of records each tree sees.
