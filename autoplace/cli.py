@@ -26,6 +26,7 @@ EXAMPLES = {
   autoplace optimize --zoo cnn --targets '{"cpu0": "llvm", "cpu1": "llvm"}' --out out
   autoplace optimize model.onnx --targets '{"cpu": "llvm", "gpu": "cuda"}' --pin relax.nn.softmax=cpu
   autoplace optimize --zoo bert-base --memory cpu0=2e6 --out out
+  autoplace optimize decoder.onnx --shape seq_len=128       # symbolic dimensions bound to sizes
 """,
     "compare": """examples:
   autoplace compare --zoo cnn --targets '{"cpu0": "llvm", "cpu1": "llvm"}'
@@ -179,6 +180,26 @@ def _memory(values, targets) -> dict:
     return out
 
 
+def _shapes(values) -> dict:
+    """``--shape NAME=SIZE ...`` (repeatable) -> ``{symbolic dimension: size}``, every item checked."""
+    out = {}
+    for item in _items(values):
+        name, eq, value = (p.strip() for p in item.partition("="))
+        if not eq or not name or not value:
+            raise ModelError(f"--shape takes NAME=SIZE, a symbolic dimension of the model file and the size to place "
+                             f"it for (e.g. seq_len=128), got {item!r}{_file_hint(item)}")
+        try:
+            size = int(value)
+        except ValueError:
+            raise ModelError(f"--shape {item}: {value!r} is not a whole number; write e.g. {name}=128") from None
+        if size < 1:
+            raise ModelError(f"--shape {item}: a size is a whole number >= 1")
+        if name in out and out[name] != size:
+            raise ModelError(f"--shape gives {name!r} two sizes ({out[name]} and {size}): give each dimension once")
+        out[name] = size
+    return out
+
+
 def _pins(values, targets) -> dict:
     """``--pin KEY=TARGET ...`` (repeatable) -> ``{key: target}``, every item checked."""
     names, out = list(targets), {}
@@ -270,10 +291,14 @@ def _model_specs(args) -> list[tuple[str, object]]:
                              "place: name a zoo model (mlp cnn bert seed003 inception, -base for the base size)")
         zoo.check_spec(spec)
         specs.append((spec, lambda spec=spec: [(spec, zoo.parse(spec))]))
+    shapes = _shapes(getattr(args, "shape", None))
+    if shapes and not getattr(args, "models", None):
+        raise ModelError("--shape binds symbolic dimensions of model files (.onnx, .py), and no model file was "
+                         "given: zoo models have static shapes (drop --shape)")
     for path in getattr(args, "models", None) or []:
         check_model_path(path)
         name = os.path.splitext(os.path.basename(path))[0]
-        specs.append((name, lambda path=path, name=name: [(name, load_model(path))]))
+        specs.append((name, lambda path=path, name=name: [(name, load_model(path, shapes=shapes))]))
     if not specs:
         raise ModelError("no model given: name zoo models with --zoo (e.g. --zoo cnn) or pass model files "
                          "(.onnx, or .py with a TVMScript IRModule)")
@@ -560,6 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="zoo models: mlp cnn bert seed003 inception (add -base for base size), grid, ops "
                         "(the op families), ops:FAMILY,FAMILY (only those)")
     p.add_argument("--targets", help=targets_help)
+    p.add_argument("--shape", nargs="+", action="extend", metavar="NAME=SIZE",
+                   help="size of a symbolic dimension of the model files (e.g. seq_len=128; repeatable)")
     p.add_argument("--out", help="profiles root (default: profiles)")
     p.add_argument("--dir", help="exact profile folder (default: <out>/<hardware id>)")
     p.add_argument("--repeat", type=int, default=7)
@@ -595,6 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="pin a node, op name or instance to a target (repeatable)")
         p.add_argument("--memory", nargs="+", action="extend", metavar="TARGET=BYTES",
                        help="memory cap of a target (repeatable)")
+        p.add_argument("--shape", nargs="+", action="extend", metavar="NAME=SIZE",
+                       help="size of a symbolic dimension of the model file (e.g. seq_len=128; repeatable)")
 
     p = sub.add_parser("optimize", help="place a model, write the annotated module, plan and picture",
                        epilog=EXAMPLES["optimize"], formatter_class=argparse.RawDescriptionHelpFormatter)

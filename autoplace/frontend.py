@@ -133,9 +133,9 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
     name : str, optional
     shapes : dict, optional
         ``{symbolic dimension: size}`` for a model with symbolic dimensions (a ``torch.export`` program
-        exported with ``torch.export.Dim``, an ONNX model with named dims, a Relax module with ``T.int64``
-        variables), e.g. ``{"seq_len": 128}``; keys are the ``Dim`` names or the names the variables print
-        with. Bound with ``relax.transform.BindSymbolicVars`` (see :func:`autoplace.repairs.bind_shapes`).
+        exported with ``torch.export.Dim``, an ONNX model or file with named dims, a Relax module or TVMScript
+        file with ``T.int64`` variables), e.g. ``{"seq_len": 128}``; keys are the ``Dim`` names or the names
+        the variables print with. Bound with ``relax.transform.BindSymbolicVars`` (see :func:`autoplace.repairs.bind_shapes`).
 
     Right after the import, the repairs of :mod:`autoplace.repairs` rewrite known frontend defects.
 
@@ -153,17 +153,10 @@ def load_model(model, params=None, *, example_inputs=None, name: str | None = No
         return model
     from . import repairs
 
-    if isinstance(model, (str, os.PathLike)):
-        if shapes:
-            raise ModelError(
-                "shapes= binds the symbolic dimensions of a model object, not of a file: read the file first "
-                "(onnx.load(path), or the IRModule of the .py file) and pass that with shapes="
-            )
-        loaded = _load_path(str(model), params, name)
-        repaired, applied = repairs.apply(loaded.mod)
-        return normalize(repaired, loaded.params, name=loaded.name) if applied else loaded
     dim_names = {}
-    if _is_torch(model):
+    if isinstance(model, (str, os.PathLike)):
+        mod, params, name = _read_path(str(model), params, name)
+    elif _is_torch(model):
         mod, params = _from_torch(model, example_inputs)
         name = name or type(model).__name__
         dim_names = repairs.torch_dim_names(model) if not isinstance(model, sys.modules["torch"].nn.Module) else {}
@@ -218,7 +211,9 @@ def check_model_path(path) -> str:
     return path
 
 
-def _load_path(path: str, params, name):
+def _read_path(path: str, params, name) -> tuple:
+    """``(module, weights, name)`` of a model file, not yet repaired, bound or normalised: an ONNX file's
+    weights are its initializers, a TVMScript file's those given (``params``)."""
     check_model_path(path)
     base = os.path.splitext(os.path.basename(path))[0]
     if path.lower().endswith(".onnx"):
@@ -231,7 +226,7 @@ def _load_path(path: str, params, name):
         except Exception as err:
             raise ModelError(f"{path} is not a readable ONNX file: {err}") from None
         mod, params = _from_onnx(proto, path)
-        return normalize(mod, params, name=name or base)
+        return mod, params, name or base
     import runpy
 
     from tvm.script import ir as I
@@ -248,7 +243,7 @@ def _load_path(path: str, params, name):
         raise ModelError(f"{path} defines no IRModule: decorate a class with @I.ir_module (or assign one)")
     mod = next((v for k, v in namespace.items() if k in ("Module", "mod") and isinstance(v, tvm.IRModule)),
                modules[0])
-    return normalize(mod, params, name=name or base)
+    return mod, params, name or base
 
 
 def _from_torch(model, example_inputs):

@@ -423,6 +423,9 @@ def _bind_inputs(mod, variables, shapes, dim_names) -> tvm.IRModule:
     def example() -> str:
         return "{" + ", ".join(f"{dim_names.get(v.name, v.name)!r}: 128" for v in variables) + "}"
 
+    def cli_example() -> str:
+        return "--shape " + " ".join(f"{dim_names.get(v.name, v.name)}=128" for v in variables)
+
     unknown = [k for k in shapes if str(k) not in aliases]
     if unknown:
         have = f"its symbolic dimensions are {listing()}" if variables else "it has no symbolic dimensions"
@@ -443,7 +446,7 @@ def _bind_inputs(mod, variables, shapes, dim_names) -> tvm.IRModule:
             f"the model has a dynamic shape, symbolic dimensions {listing()}, and autoplace places models "
             f"with static shapes (costs depend on them). Bind them to the sizes to place for: "
             f"autoplace.optimize(model, ..., shapes={example()}) (also autoplace.place and "
-            f"autoplace.load_model), or export with fixed shapes"
+            f"autoplace.load_model; on the command line {cli_example()}), or export with fixed shapes"
         )
     try:
         bound_mod = relax.transform.BindSymbolicVars(binding)(mod)

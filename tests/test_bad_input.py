@@ -123,6 +123,21 @@ CASES = [
          expect=["empty.onnx is empty"]),
     case("file-py-without-module", "optimize", "{in}/nomod.py", "--out", "{case}/out",
          expect=["nomod.py defines no IRModule"]),
+    # -- --shape: the sizes of a model file's symbolic dimensions
+    case("shape-missing-for-dynamic-file", "optimize", "{in}/dynamic.onnx", "--out", "{case}/out",
+         expect=["symbolic dimensions 'batch'", "--shape batch=128"], fresh=True),
+    case("shape-unknown-dimension", "optimize", "{in}/dynamic.onnx", "--shape", "seq=4", "--out", "{case}/out",
+         expect=["shapes names ['seq']", "'batch'"]),
+    case("shape-not-a-number", "optimize", "{in}/dynamic.onnx", "--shape", "batch=lots", "--out", "{case}/out",
+         expect=["--shape batch=lots", "not a whole number"]),
+    case("shape-zero", "optimize", "{in}/dynamic.onnx", "--shape", "batch=0", "--out", "{case}/out",
+         expect=["--shape batch=0", ">= 1"]),
+    case("shape-no-equals", "optimize", "{in}/dynamic.onnx", "--shape", "batch", "--out", "{case}/out",
+         expect=["--shape takes NAME=SIZE", "'batch'"]),
+    case("shape-same-dimension-twice", "optimize", "{in}/dynamic.onnx", "--shape", "batch=2", "--shape",
+         "batch=3", "--out", "{case}/out", expect=["'batch' two sizes (2 and 3)"]),
+    case("shape-for-a-zoo-model", *OPT, "--shape", "batch=2",
+         expect=["--shape binds symbolic dimensions of model files", "drop --shape"]),
     # -- other optimize options
     case("method-unknown", *OPT, "--method", "fastest",
          expect=["--method 'fastest'", "all:cpu1"], fresh=True),
@@ -210,9 +225,22 @@ class Module:
 """
 
 
+def _dynamic_onnx(path: Path) -> None:
+    """An ONNX model whose batch dimension is symbolic (``dim_param`` "batch")."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3), dtype="float32"), name="w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "dynamic",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], initializer=[w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
 def _inputs(folder: Path) -> Path:
     """The wrong files users point at (read-only for the cases: every case writes in its own folder)."""
     folder.mkdir(parents=True, exist_ok=True)
+    _dynamic_onnx(folder / "dynamic.onnx")  # a good model, once its batch size is given
     (folder / "notes.txt").write_text("hello\n")
     (folder / "fake.onnx").write_text("not an onnx model\n")
     (folder / "empty.onnx").write_bytes(b"")

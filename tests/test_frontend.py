@@ -35,6 +35,41 @@ def test_onnx_file_places_and_runs(tmp_path):
     np.testing.assert_allclose(placement.run(x), np.maximum(x @ w + b, 0), rtol=1e-5)
 
 
+def test_model_files_with_symbolic_dimensions_are_placed_for_the_sizes_given(tmp_path):
+    """``shapes=`` binds a file's symbolic dimensions as it binds a model object's: an ONNX ``dim_param`` and a
+    TVMScript ``T.int64`` variable; unbound, the error names them and shows the call and the CLI flag."""
+    w = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["out"])], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 3])],
+        initializer=[numpy_helper.from_array(w, name="w")])
+    onnx_path = str(tmp_path / "dyn.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), onnx_path)
+    with pytest.raises(ModelError, match=r"'batch'.*shapes=\{'batch': 128\}.*--shape batch=128"):
+        autoplace.load_model(onnx_path)
+    two = {"cpu0": "llvm", "cpu1": "llvm"}
+    placement = autoplace.place(onnx_path, None, {"relax.nn.relu": "cpu1"}, two, shapes={"batch": 5})
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype("float32")
+    np.testing.assert_allclose(placement.run(x), np.maximum(x @ w, 0), rtol=1e-5)
+
+    script = tmp_path / "dyn.py"
+    script.write_text("""
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 3), "float32")):
+        with R.dataflow():
+            y = R.add(x, x)
+            R.output(y)
+        return y
+""")
+    model = autoplace.load_model(str(script), shapes={"n": 7})
+    assert [shape for _, shape, _ in model.input_specs()] == [(7, 3)]
+    with pytest.raises(ModelError, match=r"shapes names \['m'\].*'n'"):
+        autoplace.load_model(str(script), shapes={"m": 7})
+
+
 def test_onnx_file_that_fails_to_import(tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"this is not a protobuf")
