@@ -389,13 +389,70 @@ def fold_batch_norms(main: relax.Function, num_input: int, weights: list) -> rel
         var = as_weight.get(tvm_ffi.structural_hash(expr))
         return var if var is not None and tvm_ffi.structural_equal(expr, as_constant[var]) else expr
 
-    bound = tvm.IRModule({"main": substitute(main, lambda e: as_constant.get(e, e))})
+    bound = tvm.IRModule({"main": _bias_into_batch_norm_mean(substitute(main, lambda e: as_constant.get(e, e)))})
     rewritten = relax.transform.Normalize()(relax.transform.FoldBatchnormToConv2D()(bound))["main"]
     left = sum(1 for block in rewritten.body.blocks for b in block.bindings
                if isinstance(b.value, relax.Call) and b.value.op.same_as(batch_norm))
     if left == len(calls):
         return main
     return relax.transform.Normalize()(tvm.IRModule({"main": substitute(rewritten, weight_of)}))["main"]
+
+
+def _bias_into_batch_norm_mean(func: relax.Function) -> relax.Function:
+    """``batch_norm(conv2d(x, W) + b, gamma, beta, mean, var)`` as ``batch_norm(conv2d(x, W), gamma, beta, mean - b,
+    var)`` where ``b`` is a per-channel constant that nothing else reads (a torch ``Conv2d(bias=True)`` before a
+    ``BatchNorm2d``): the same values, ``(y + b - mean) * s + beta``, in the form ``FoldBatchnormToConv2D``
+    matches, so the bias folds into the convolution's weight and bias as well."""
+    batch_norm, add, conv2d = (tvm.ir.Op.get(f"relax.{name}") for name in ("nn.batch_norm", "add", "nn.conv2d"))
+    if not isinstance(func.body, relax.SeqExpr):
+        return func
+    bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
+    value_of = {b.var: b.value for b in bindings}
+    uses: dict = {}
+    for expr in [b.value for b in bindings] + [func.body.body]:
+        for var in relax.analysis.free_vars(expr):
+            uses[var] = uses.get(var, 0) + 1
+
+    reshapes = [tvm.ir.Op.get(f"relax.{name}") for name in ("reshape", "expand_dims")]
+
+    def per_channel(expr, channels: int):
+        """The values of a bias of one value per channel: a constant, or one reshaped (torch's bias view)."""
+        shape = [int(d) for d in expr.ty.shape] if isinstance(expr.ty, relax.TensorType) and expr.ty.shape else None
+        if shape not in ([channels], [1, channels, 1, 1]):
+            return None
+        bound = value_of.get(expr) if isinstance(expr, relax.Var) else None
+        if isinstance(bound, relax.Call) and any(bound.op.same_as(op) for op in reshapes):
+            expr = bound.args[0]
+        if not _is_tensor_constant(expr) or expr.value.numpy().size != channels:
+            return None
+        return expr.value.numpy().reshape(channels)
+
+    new_values = {}
+    for b in bindings:
+        call = b.value
+        if not (isinstance(call, relax.Call) and call.op.same_as(batch_norm) and int(call.attrs.axis) == 1):
+            continue
+        summed = call.args[0]
+        inner = value_of.get(summed) if isinstance(summed, relax.Var) else None
+        if not (isinstance(inner, relax.Call) and inner.op.same_as(add) and uses.get(summed) == 1):
+            continue
+        conv, bias = inner.args
+        if not (isinstance(conv, relax.Var) and isinstance(value_of.get(conv), relax.Call)
+                and value_of[conv].op.same_as(conv2d) and _is_tensor_constant(call.args[3])):
+            continue
+        mean = call.args[3].value.numpy()
+        per_channel_bias = per_channel(bias, mean.size)
+        if per_channel_bias is None:
+            continue
+        shifted = relax.const((mean - per_channel_bias).astype(mean.dtype))
+        new_values[b.var] = relax.Call(call.op, [conv, *call.args[1:3], shifted, call.args[4]], call.attrs,
+                                       call.ty_args)
+    if not new_values:
+        return func
+    blocks = [type(block)([relax.VarBinding(b.var, new_values.get(b.var, b.value)) if isinstance(b, relax.VarBinding)
+                           else b for b in block.bindings]) for block in func.body.blocks]
+    func = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure, func.attrs)
+    return relax.transform.DeadCodeElimination()(tvm.IRModule({"main": func}))["main"]
 
 
 def _param_list(main: relax.Function, params) -> tuple[int, list]:
