@@ -13,17 +13,20 @@ For each profile under ``profiles/`` (one machine each), the newest committed re
 * ``measure="always"`` (``measure_auto_always*.csv`` of ``experiments/measure_auto.py``): how many base models'
   predicted latency lies within :data:`AUTO_MAX_ERR` of their built plan's measured latency.
 
-"Newest" is the commit time of the file (``git log``), its modification time outside a git checkout. The
-thresholds are those of ``experiments/cost_model_eval.py``, the issue's. Writes
-``experiments/results/criteria_status.md`` and prints it.
+"Newest" is the commit time of the file (``git log``), its modification time outside a git checkout (or not
+committed yet). The thresholds are those of ``experiments/cost_model_eval.py``, the issue's. Writes
+``experiments/results/criteria_status.md``, puts the same table in the README's section "Where issue 11's criteria
+stand on every machine" (``--no-readme``: not), and prints it.
 
-    python experiments/criteria_status.py
+    python experiments/criteria_status.py [--no-readme]
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
+import re
 import subprocess
 
 import pandas as pd
@@ -157,10 +160,29 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main():
+#: The README section that holds the table (replaced up to the next heading).
+README_HEADING = "### Where issue 11's criteria stand on every machine"
+
+
+def into_readme(text: str, readme: str = os.path.join(ROOT, "README.md")) -> None:
+    """Replace the README's section :data:`README_HEADING` (heading to the next heading) with ``text``."""
+    with open(readme, encoding="utf-8") as f:
+        old = f.read()
+    section = re.compile(re.escape(README_HEADING) + r"\n.*?(?=\n#{2,3} )", re.S)
+    if not section.search(old):
+        raise SystemExit(f"{readme} has no section {README_HEADING!r}: add that heading where the table belongs")
+    body = text.split("\n", 1)[1].rstrip("\n")
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(section.sub(lambda _: README_HEADING + "\n" + body + "\n", old, count=1))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-readme", action="store_true", help="leave the README as it is")
+    args = parser.parse_args(argv)
     table = status_table()
     text = "\n".join([
-        "### Issue 11's criteria on every machine (newest committed results)",
+        README_HEADING,
         "",
         f"Written by `python experiments/criteria_status.py` from the committed results (nothing timed): held-out "
         f"end to end within {E2E_MAX_ERR:.0%} (pure prediction, leave one architecture out), kernel Spearman >= "
@@ -177,6 +199,9 @@ def main():
         f.write(text)
     print(text)
     print(f"wrote {path}")
+    if not args.no_readme:
+        into_readme(text)
+        print("and its table into README.md")
 
 
 if __name__ == "__main__":
