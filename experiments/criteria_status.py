@@ -30,7 +30,7 @@ import re
 import subprocess
 
 import pandas as pd
-from cost_model_eval import BAND_COVERAGE_RANGE, E2E_MAX_ERR, SPEARMAN_MIN
+from cost_model_eval import BAND_COMBINE, BAND_COVERAGE_RANGE, E2E_MAX_ERR, SPEARMAN_MIN, band_check, check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results")
@@ -59,57 +59,51 @@ def newest(profile: str, pattern: str) -> str | None:
     return max(paths, key=committed_at) if paths else None
 
 
-def _failing(names) -> str:
-    names = list(names)
-    return ", ".join(names) if names else "none"
+def _with_values(m: pd.DataFrame, names: list, column: str, fmt: str) -> str:
+    """``names`` (models of ``m``) each with its ``column`` value, or "none"."""
+    if not names:
+        return "none"
+    values = m.drop_duplicates("model").set_index("model")[column]
+    return ", ".join(f"{n} {values[n]:{fmt}}" for n in names)
 
 
 def loao_status(path: str) -> dict:
-    """Pure end-to-end and Spearman criteria of one ``cost_model_lofo_models.csv`` (or ``cost_model_bands.csv``)."""
+    """Pure end-to-end and Spearman criteria of one ``cost_model_lofo_models.csv``, by ``cost_model_eval.check``."""
     m = pd.read_csv(path)
     if "variant" in m:
         m = m[m["variant"] == "xgb"]
     rows = {}
-    for target, t in m.groupby("target"):
+    for target, entry in check(m).items():
+        t = m[m["target"] == target]
         ranked = t[t["distinct"] >= 3]
         # A target's evaluation without end-to-end records (the GPU box's CUDA kernels) ranks kernels only.
-        err = t["e2e_pure_err"] if "e2e_pure_err" in t else pd.Series(float("nan"), index=t.index)
+        e2e = "e2e_pure_err_failing" in entry
         rows[target] = dict(
-            models=len(err.dropna()),
-            e2e_ok=int((err.abs() <= E2E_MAX_ERR).sum()),
-            e2e_failing=_failing(f"{r.model} {r.e2e_pure_err:+.1%}" for r in t[err.abs() > E2E_MAX_ERR].itertuples()),
+            models=int(t["e2e_pure_err"].notna().sum()) if e2e else 0,
+            e2e_ok=entry.get(f"e2e_pure_err_within_{round(E2E_MAX_ERR * 100)}pct", 0),
+            e2e_failing=_with_values(t, entry.get("e2e_pure_err_failing", []), "e2e_pure_err", "+.1%"),
             ranked=len(ranked),
-            spearman_ok=int((ranked["spearman"] >= SPEARMAN_MIN).sum()),
-            spearman_failing=_failing(f"{r.model} {r.spearman:.3f}" for r in ranked[ranked["spearman"] < SPEARMAN_MIN]
-                                      .itertuples()),
+            spearman_ok=len(ranked) - len(entry["spearman_failing"]),
+            spearman_failing=_with_values(t, entry["spearman_failing"], "spearman", ".3f"),
         )
     return rows
 
 
 def band_status(path: str) -> dict:
-    """Kernel coverage of the nominal band and models inside their end-to-end band, per target."""
-    m = pd.read_csv(path)
-    units_path = os.path.join(os.path.dirname(path), "cost_model_bands_units.csv")
-    units = pd.read_csv(units_path) if os.path.exists(units_path) else None
-    rows = {}
-    for target, t in m.groupby("target"):
-        inside = t["e2e_in_band_correlated"].dropna().astype(bool) if "e2e_in_band_correlated" in t else pd.Series()
-        if units is not None:
-            u = units[(units["target"] == target) & units["in_band"].notna()]
-            coverage = float(u["in_band"].astype(float).mean()) if len(u) else float("nan")
-            kernels = len(u)
-        else:
-            coverage, kernels = float("nan"), 0
-        rows[target] = dict(coverage=coverage, kernels=kernels, e2e_in_band=int(inside.sum()), e2e_banded=len(inside))
-    return rows
+    """Kernel coverage of the nominal band and models inside their end-to-end band, by ``band_check``."""
+    units = pd.read_csv(os.path.join(os.path.dirname(path), "cost_model_bands_units.csv"))
+    out = {}
+    for target, entry in band_check(dict(models=pd.read_csv(path), units=units)).items():
+        kernels = int(((units["target"] == target) & units["in_band"].notna()).sum())
+        out[target] = dict(coverage=entry["kernel_band_coverage"], ok=entry["kernel_band_coverage_ok"],
+                           kernels=kernels, e2e_in_band=entry.get(f"e2e_in_band_{BAND_COMBINE}", "n/a"))
+    return out
 
 
 def auto_status(path: str) -> dict:
     """How many models of one ``measure_auto*.csv`` were predicted within :data:`AUTO_MAX_ERR`."""
-    m = pd.read_csv(path)
-    err = m["error"].dropna()
-    return dict(models=len(err), ok=int((err.abs() <= AUTO_MAX_ERR).sum()),
-                failing=_failing(f"{r.model} {r.error:+.1%}" for r in m[m["error"].abs() > AUTO_MAX_ERR].itertuples()))
+    err = pd.read_csv(path)["error"].dropna()
+    return dict(models=len(err), ok=int((err.abs() <= AUTO_MAX_ERR).sum()))
 
 
 def _where(path: str | None) -> str:
@@ -136,11 +130,9 @@ def status_table() -> pd.DataFrame:
             row[f"Spearman >= {SPEARMAN_MIN}"] = f"{lo['spearman_ok']} of {lo['ranked']}" if lo else "n/a"
             row[f"under {SPEARMAN_MIN}"] = lo["spearman_failing"] if lo else ""
             row["LOAO results"] = _where(loao)
-            low, high = BAND_COVERAGE_RANGE
             if bd and bd["kernels"]:
-                mark = "ok" if low <= bd["coverage"] <= high else "outside"
-                row["80% band covers"] = f"{bd['coverage']:.1%} of {bd['kernels']} ({mark})"
-                row["e2e in band"] = f"{bd['e2e_in_band']} of {bd['e2e_banded']}"
+                row["80% band covers"] = f"{bd['coverage']:.1%} of {bd['kernels']} ({'ok' if bd['ok'] else 'outside'})"
+                row["e2e in band"] = bd["e2e_in_band"]
             else:
                 row["80% band covers"], row["e2e in band"] = "n/a", "n/a"
             row["band results"] = _where(bands)
