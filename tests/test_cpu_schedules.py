@@ -210,6 +210,31 @@ def test_conv2d(n, c, h, o, k, stride, pad, groups):
           reference=lambda x, w: _conv_ref(x, w, stride, pad, groups))
 
 
+@pytest.mark.parametrize("make,shapes", [
+    # a MobileNet head: 1x1 convolution over a 1x1 map, bias, ReLU6 (160 channels: no width divides them evenly
+    # into 16 lanes, so 8 lanes)
+    (lambda x, w, b: R.clip(R.add(R.nn.conv2d(x, w), b), 0.0, 6.0), [(1, 160, 1, 1), (1280, 160, 1, 1), (1, 1280, 1, 1)]),
+    (lambda x, w: R.nn.conv2d(x, w), [(2, 37, 1, 1), (24, 37, 1, 1)]),  # batch 2, a reduction no vector divides
+    (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 1, 1), (40, 64, 1, 1)]),  # strided: the same one element
+    (lambda x, w: R.matmul(x, w), [(6, 300), (300, 1)]),  # a matmul by one column
+])
+def test_a_contraction_of_one_output_element_a_row_is_a_dot_product_in_vector_lanes(make, shapes):
+    # was one scalar multiply-add at a time (Contraction vectorises along output rows: here they are 1 long)
+    assert check(make, shapes, rtol=1e-4, atol=1e-4)[0] == "DotProduct"
+    (name, func), = [f for f in _prim_funcs(make, shapes) if "conv2d" in f[0] or "matmul" in f[0]]
+    scheduled, _ = schedule_prim_func(func, TARGET)
+    assert cs.vectorized_row_reduction(scheduled) and cs.vector_width(scheduled) >= 4, name
+
+
+def test_contractions_with_rows_or_taps_stay_register_tiles():
+    # a 2x2 map (rows of 2) and a 3x3 kernel on a 1x1 map (a reduction over channels and taps) are not dot products
+    assert check(lambda x, w: R.nn.conv2d(x, w), [(1, 64, 2, 2), (32, 64, 1, 1)]) == ["Contraction"]
+    assert check(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 1, 1), (32, 16, 3, 3)]) == ["Contraction"]
+    # a mean kept as a column (an RMS norm's) is a row reduction of one buffer, not a dot product
+    assert "DotProduct" not in check(lambda x: R.mean(R.multiply(x, x), axis=-1, keepdims=True), [(7, 64)])
+    assert cs.SCHEDULE_VERSION >= 15
+
+
 def test_a_tile_of_vectors_of_half_a_register_or_less_holds_at_most_eight_rows_with_16_registers():
     # On the AMD Zen 3 (AVX2) 8 rows of 2- or 4-lane vectors ran 0.81x the time of 10-12 (experiments/register_rows.py)
     rule = cs.Contraction()

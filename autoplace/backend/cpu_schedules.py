@@ -106,7 +106,10 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 14: on AVX2 (16 vector registers), a contraction tile whose vector fills half a register or less holds at most 8
 #:    rows (:attr:`Contraction.NARROW_MAX_ROWS`; was 12: 96-, 192-, 384-channel convolutions on 2x2 and 4x4 maps,
 #:    MobileNetV2's 1x1 ones there); AVX-512 kernels are unchanged.
-SCHEDULE_VERSION = 14
+#: 15: contractions of one output element a row whose reduction has one loop longer than 1 (1x1 convolutions over
+#:    1x1 maps: MobileNet heads, squeeze-excitation; matmuls by one column) accumulated along the reduction in
+#:    vector lanes by :class:`DotProduct` (:data:`UNIT_ROW_DOT_PRODUCTS`; were one scalar multiply-add at a time).
+SCHEDULE_VERSION = 15
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -945,6 +948,8 @@ class Contraction(CPUScheduleRule):
             before = [v for v in spatial if pos[v] < pos[v_var] and extent[v] > 1]
             u_var = before[-1] if before else None
 
+        if UNIT_ROW_DOT_PRODUCTS and _dot_product_per_output(stmt):
+            return None  # :class:`DotProduct`'s
         dtype_bits = stmt.writes[0].source.dtype.bits
         bits = vector_bits(target)
         max_lanes = max(bits // dtype_bits, 1)
@@ -1130,6 +1135,13 @@ ROW_STEPS_PER_EXTRA_VECTOR = 32
 #: the last partial vector's elements one at a time (:func:`odd_row_reduction_width`; TVM's ``LoopPartition``
 #: splits that last step off the vector loop); False: such rows are added one scalar at a time (version 9).
 ODD_ROW_REDUCTION = True
+#: A contraction with one output element per row (a 1x1 convolution over a 1x1 map, as a MobileNet's head and a
+#: squeeze-excitation block run; a matmul by one column) whose reduction has one loop longer than 1 is a dot product
+#: per output: :class:`Contraction` (which vectorises along the output row) declines it, and :class:`RowReduction`
+#: accumulates it along the reduction in vector lanes, the reduction's trailing loops of one (the kernel's 1x1 taps)
+#: fused into it (schedule version 15). False (version 14): one scalar multiply-add at a time, the weights streamed
+#: at 14 GB/s on the Zen 5, where a matmul of two rows by the same weights reads them at 100-130.
+UNIT_ROW_DOT_PRODUCTS = True
 
 
 def _lanes_up_to_steps(row: int, lanes: int, accumulators: int) -> int:
@@ -1247,6 +1259,13 @@ def _vectorize_row_reduction(sch: s_tir.Schedule, block, lanes: int, accumulator
         return False
     loops = sch.get_loops(block)
     extents = [_extent(sch, loop) or 0 for loop in loops[n_lead:]]
+    if UNIT_ROW_DOT_PRODUCTS and len(extents) >= 2 and extents[-1] == 1 and any(e > 1 for e in extents):
+        # Trailing reduced loops of one (a 1x1 convolution's taps after its channels): one loop with the last
+        # longer one, which is then the row.
+        last = max(i for i, e in enumerate(extents) if e > 1)
+        sch.fuse(*loops[n_lead + last:])
+        loops = sch.get_loops(block)
+        extents = [_extent(sch, loop) or 0 for loop in loops[n_lead:]]
     row = 1
     for e in extents:
         row *= e
@@ -1399,6 +1418,41 @@ class RowReduction(CPUScheduleRule):
         return sch
 
 
+def _dot_product_per_output(stmt) -> bool:
+    """Whether a reduction block is a multiply-accumulate of two buffers (a contraction, not a sum or a mean) that
+    writes one element per output row (its output's last axis is 1 long) and reduces over one loop longer than 1
+    (:data:`UNIT_ROW_DOT_PRODUCTS`)."""
+    if len(stmt.writes) != 1:
+        return False
+    products = []
+    tvm_ffi.structural_walk(stmt.body, (tirx.Mul, lambda node: products.append(node)), order="post")
+    if not products or len({str(rd.source.name) for rd in stmt.reads} - {str(stmt.writes[0].source.name)}) < 2:
+        return False
+    shape = stmt.writes[0].source.shape
+    reduced = [int(iv.dom.extent) for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce
+               if isinstance(iv.dom.extent, tirx.IntImm)]
+    return (bool(shape) and isinstance(shape[-1], tirx.IntImm) and int(shape[-1]) == 1
+            and len(reduced) == sum(1 for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce)
+            and sum(e > 1 for e in reduced) == 1)
+
+
+class DotProduct(RowReduction):
+    """A contraction that is one dot product per output element (:data:`UNIT_ROW_DOT_PRODUCTS`: a 1x1 convolution
+    over a 1x1 map, a matmul by one column), which :class:`Contraction` declines: accumulated along the reduction
+    in vector lanes, as :class:`RowReduction` does a sum (TVM's ``dlight`` GEMV rule, next in line, vectorised such
+    a convolution across output channels with strided loads of the weights, and took a minute to compile)."""
+
+    def apply(self, func, target, _tunable):
+        if not UNIT_ROW_DOT_PRODUCTS or not isinstance(func, tirx.PrimFunc):
+            return None
+        sch = s_tir.Schedule(func)
+        stmts = [sch.get(b) for b in sch.get_child_blocks(_root(sch))]
+        reductions = [s for s in stmts if not _is_spatial(s)]
+        if len(reductions) != 1 or not _is_reduction(reductions[0]) or not _dot_product_per_output(reductions[0]):
+            return None
+        return super().apply(func, target, _tunable)
+
+
 class Injective(CPUScheduleRule):
     """Elementwise / broadcast / layout kernels: inline what can be, then parallel + vectorised blocks."""
 
@@ -1418,7 +1472,7 @@ class Injective(CPUScheduleRule):
 
 def default_rules() -> list:
     """The CPU rules in the order they are tried."""
-    return [Pool(), Contraction(), dl.cpu.GEMV(), RowReduction(), Injective()]
+    return [Pool(), Contraction(), DotProduct(), dl.cpu.GEMV(), RowReduction(), Injective()]
 
 
 # ----------------------------------------------------------------------------------------------------
