@@ -228,6 +228,22 @@ def test_features_have_every_name_and_are_finite_or_nan(records):
         assert all(np.isfinite(v) or np.isnan(v) for v in feats.values())
 
 
+def test_schedule_features_of_a_dot_product_describe_its_lanes_not_a_register_tile():
+    from autoplace.cost_model.features import _schedule_features
+
+    head = dict(target="llvm", anchor_op="relax.nn.conv2d", anchor_input_shapes=[[1, 160, 1, 1], [1280, 160, 1, 1]],
+                anchor_attrs={"strides": [1, 1], "padding": [0, 0, 0, 0], "groups": 1})
+    now = _schedule_features(head, 32)  # a kernel of schedule version 15 (DotProduct): 8 lanes of 160
+    assert now["sched_lane_use_512"] == 0.5 and now["sched_lane_use_256"] == 1.0 and now["sched_rows_512"] == 1.0
+    before = _schedule_features({**head, "cpu_schedule": 14}, 32)  # timed when it ran one lane at a time
+    assert before["sched_lane_use_512"] == 1 / 16
+    # a 2x2 map keeps its register tile of 2-lane rows; a matmul by one column is a dot product
+    assert _schedule_features({**head, "anchor_input_shapes": [[1, 160, 2, 2], [1280, 160, 1, 1]]}, 32)[
+        "sched_lane_use_512"] == 2 / 16
+    column = dict(target="llvm", anchor_op="relax.matmul", anchor_input_shapes=[[6, 300], [300, 1]])
+    assert _schedule_features(column, 32)["sched_rows_512"] == 1.0
+
+
 def test_op_names_from_kernel_names_and_classes():
     assert ops_from_func_name("fused_softmax_llvm_broadcast_to5_llvm") == [
         "relax.nn.softmax",

@@ -673,6 +673,52 @@ def _tile_axes(record: Mapping) -> tuple[int, int, int] | None:
     return out[-1], rows, int(geo["strides"][-1])
 
 
+def _dot_product_run(record: Mapping) -> int | None:
+    """The reduction length of a matmul or convolution anchor that :class:`autoplace.backend.cpu_schedules.DotProduct`
+    schedules (one output element a row, one reduced extent over 1: a matmul by one column, a 1x1 convolution whose
+    output map is 1x1), else None; None too for a record timed before schedule version 15 (its kernel ran scalar)."""
+    from ..backend import cpu_schedules
+
+    version = _get(record, "cpu_schedule", None)
+    if not cpu_schedules.UNIT_ROW_DOT_PRODUCTS or (isinstance(version, (int, float, np.integer, np.floating))
+                                                   and np.isfinite(version) and version < 15):
+        return None
+    op = str(_get(record, "anchor_op", ""))
+    shapes = _shapes(_get(record, "anchor_input_shapes"))
+    if op_class(op) == "matmul":
+        a, b = list(shapes[0]), list(shapes[1])
+        n = b[-1] if len(b) >= 2 else 1
+        return a[-1] if n == 1 and a[-1] > 1 else None
+    if op_class(op) != "conv" or short_name(op).endswith("transpose"):
+        return None
+    attrs = _get(record, "anchor_attrs", {}) or {}
+    geo = _conv_geometry(attrs if isinstance(attrs, Mapping) else {}, shapes[0], shapes[1])
+    if geo is None or geo["layout"].endswith("C") or geo["out"][-1] != 1:
+        return None
+    reduced = [geo["c"] // max(geo["groups"], 1), *geo["ksp"]]
+    longer = [e for e in reduced if e > 1]
+    return longer[0] if len(longer) == 1 else None
+
+
+def _dot_product_features(run: int, dtype_bits: int) -> dict:
+    """The :data:`SCHEDULE_FEATURES` of a dot product of ``run`` elements per output, accumulated in the lanes
+    :func:`autoplace.backend.cpu_schedules.row_reduction_width` gives it (two vector loads per vector multiply-add,
+    one row a tile; scalar where it gives none)."""
+    from ..backend.cpu_schedules import row_reduction_width, RowReduction
+
+    feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=1.0)
+    for bits in (256, 512):
+        lanes = max(bits // max(dtype_bits, 1), 1)
+        width = row_reduction_width(run, lanes, RowReduction.ACCUMULATORS)
+        used = min(width, lanes) / lanes if width else 1.0 / lanes
+        feats[f"sched_lane_use_{bits}"] = used
+        feats[f"sched_loads_{bits}"] = 2.0 / used
+        feats[f"sched_tail_{bits}"] = 0.0 if width and run % width == 0 else 1.0
+        feats[f"sched_rows_{bits}"] = 1.0
+        feats[f"sched_odd_{bits}"] = 0.0
+    return feats
+
+
 def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
     """The :data:`SCHEDULE_FEATURES` of a CPU record (NaN for other anchors and other targets)."""
     target = str(_get(record, "target", "llvm") or "llvm")
@@ -687,6 +733,12 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         return {}
     if axes is None or min(axes[:2]) < 1:
         return {}
+    try:
+        run = _dot_product_run(record)
+    except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
+        run = None
+    if run is not None:
+        return _dot_product_features(run, dtype_bits)
     from ..backend.cpu_schedules import _ACCUMULATORS, _REGISTERS, Contraction
 
     e_v, e_u, v_stride = axes
