@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 
 import numpy as np
-import pandas as pd
 from register_rows import op_family_model
 from results_folder import results_folder
 
@@ -62,87 +60,26 @@ def models_of(specs) -> list:
     return out
 
 
-def kernel_rows(specs, rounds: int) -> pd.DataFrame:
-    from kernel_timing import build_kernels, time_interleaved
-
-    from autoplace.backend.cpu_schedules import cpu_target
-    from autoplace.profile.units import extract_units
-
-    target = cpu_target("llvm")
-    pairs, rows, seen = [], [], set()
-    for model in models_of(specs):
-        units = {}
-        for version in (14, 15):
-            with schedule_version(version):
-                units[version] = extract_units(model, target)
-        for old, new in zip(units[14], units[15]):
-            if old.key == new.key or (old.key, new.key) in seen:
-                continue
-            seen.add((old.key, new.key))
-            pairs += [(old.key, old), (new.key, new)]
-            weights = int(np.prod(new.arg_shapes[1])) * 4 if len(new.arg_shapes) > 1 else 0
-            rows.append(dict(model=model.name, func_name=new.func_name,
-                             shapes=" ".join("x".join(map(str, s)) for s in new.arg_shapes[:2]),
-                             weight_bytes=weights, rule=str(new.prim_func.attrs["autoplace.cpu_schedule"]),
-                             v14_key=old.key, v15_key=new.key))
-        print(f"{model.name}: {sum(r['model'] == model.name for r in rows)} kernels changed", flush=True)
-    built = build_kernels(pairs)
-    for row in rows:  # the same inputs both ways, outputs compared
-        old_lib, old_args = built[row["v14_key"]]
-        new_lib, new_args = built[row["v15_key"]]
-        for a, b in zip(old_args, new_args):
-            b.copyfrom(a.numpy())
-        old_lib["main"](*old_args)
-        new_lib["main"](*new_args)
-        row["max_abs_diff"] = float(np.abs(old_args[-1].numpy() - new_args[-1].numpy()).max())
-    times = time_interleaved(built, rounds)
-    for row in rows:
-        row["v14_us"] = float(np.min(times[row["v14_key"]]))
-        row["v15_us"] = float(np.min(times[row["v15_key"]]))
-        row["speedup"] = row["v14_us"] / row["v15_us"]
-        row["v14_weights_gb_s"] = row["weight_bytes"] / row["v14_us"] / 1e3
-        row["v15_weights_gb_s"] = row["weight_bytes"] / row["v15_us"] / 1e3
-    return pd.DataFrame(rows)
-
-
-def model_rows(specs, rounds: int) -> pd.DataFrame:
-    from kernel_timing import side_by_side_row, time_runners_interleaved
-
-    import autoplace
-
-    rows = []
-    for model in models_of(specs):
-        inputs = model.random_inputs()
-        runners = {}
-        for version in (14, 15):
-            with schedule_version(version):
-                runners[version] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
-        times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
-        rows.append(side_by_side_row(model.name, times, 14, 15, labels=("v14", "v15")))
-        print(rows[-1], flush=True)
-    return pd.DataFrame(rows)
+def describe(model, old, new) -> dict:
+    """A changed kernel's operands' shapes, its weights' bytes and the rule that scheduled it in version 15."""
+    weights = int(np.prod(new.arg_shapes[1])) * 4 if len(new.arg_shapes) > 1 else 0
+    return dict(shapes=" ".join("x".join(map(str, s)) for s in new.arg_shapes[:2]), weight_bytes=weights,
+                rule=str(new.prim_func.attrs["autoplace.cpu_schedule"]))
 
 
 def main(argv=None):
+    from kernel_timing import report_two_versions, two_versions
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="models whose changed kernels are timed")
     parser.add_argument("--time-models", nargs="*", default=list(DEFAULT_TIMED_MODELS), help="models timed whole both ways")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    folder = results_folder()
-    kernels = kernel_rows(args.models, args.rounds)
-    kernels.to_csv(os.path.join(folder, "dot_products_kernels.csv"), index=False)
-    if len(kernels):
-        with pd.option_context("display.width", 220, "display.max_colwidth", 48, "display.max_rows", 500):
-            print(kernels.drop(columns=["v14_key", "v15_key"]).round(3).to_string(index=False))
-        s = kernels["speedup"]
-        print(f"{len(kernels)} kernels changed: speedup min {s.min():.2f}, median {s.median():.2f}, max {s.max():.2f}; "
-              f"{int((s < 0.95).sum())} slower by more than 5%; max abs diff {kernels['max_abs_diff'].max():.1e}")
-    if args.time_models:
-        models = model_rows(args.time_models, args.rounds)
-        models.to_csv(os.path.join(folder, "dot_products_models.csv"), index=False)
-        print(models.round(3).to_string(index=False))
-    print(f"wrote {folder}/dot_products_*.csv")
+    kernels, models = two_versions(models_of(args.models), schedule_version, (14, 15), args.rounds, describe,
+                                   time_models=models_of(args.time_models))
+    for version in (14, 15) if len(kernels) else ():
+        kernels[f"v{version}_weights_gb_s"] = kernels["weight_bytes"] / kernels[f"v{version}_us"] / 1e3
+    report_two_versions(kernels, models, (14, 15), results_folder(), "dot_products")
 
 
 if __name__ == "__main__":

@@ -81,3 +81,84 @@ def side_by_side_row(model: str, times: dict, before, after, labels=None) -> dic
     return {"model": model, f"{a}_median_us": float(np.median(old)), f"{a}_min_us": min(old),
             f"{b}_median_us": float(np.median(new)), f"{b}_min_us": min(new),
             "speedup_median": float(np.median(old) / np.median(new)), "speedup_min": min(old) / min(new)}
+
+
+def two_versions(models, schedule_version, versions, rounds: int, describe, time_models=()):
+    """Schedule version ``old`` against ``new`` (``versions``), side by side: ``(kernels, models)`` DataFrames.
+
+    ``models``: :class:`autoplace.frontend.Model` objects; ``schedule_version(v)`` a context manager that sets the
+    CPU rules as version ``v`` made them. Every kernel whose scheduled TIR differs between the versions (a pair of
+    keys seen before is skipped) is built both ways with the same random inputs, the outputs compared
+    (``same_nans``, ``max_abs_diff``), and timed in interleaved rounds: one row each, ``describe(model, old unit,
+    new unit)``'s columns, ``v<old>_us`` / ``v<new>_us`` (min over rounds) and ``speedup`` (old / new). Each of
+    ``time_models`` is placed all-CPU and built both ways, outputs checked, timed in interleaved rounds
+    (:func:`side_by_side_row`).
+    """
+    import pandas as pd
+
+    import autoplace
+    from autoplace.backend.cpu_schedules import cpu_target
+    from autoplace.profile.units import extract_units
+
+    old_v, new_v = versions
+    target = cpu_target("llvm")
+    pairs, rows, seen = [], [], set()
+    for model in models:
+        units = {}
+        for version in versions:
+            with schedule_version(version):
+                units[version] = extract_units(model, target)
+        for old, new in zip(units[old_v], units[new_v]):
+            if old.key == new.key or (old.key, new.key) in seen:
+                continue
+            seen.add((old.key, new.key))
+            pairs += [(old.key, old), (new.key, new)]
+            rows.append(dict(model=model.name, func_name=new.func_name, **describe(model, old, new),
+                             **{f"v{old_v}_key": old.key, f"v{new_v}_key": new.key}))
+        print(f"{model.name}: {sum(r['model'] == model.name for r in rows)} kernels changed", flush=True)
+    built = build_kernels(pairs)
+    for row in rows:  # the same inputs both ways, outputs compared
+        old_lib, old_args = built[row[f"v{old_v}_key"]]
+        new_lib, new_args = built[row[f"v{new_v}_key"]]
+        for a, b in zip(old_args, new_args):
+            b.copyfrom(a.numpy())
+        old_lib["main"](*old_args)
+        new_lib["main"](*new_args)
+        old_out, new_out = old_args[-1].numpy(), new_args[-1].numpy()
+        row["same_nans"] = bool((np.isnan(old_out) == np.isnan(new_out)).all())  # an rsqrt of random inputs
+        row["max_abs_diff"] = float(np.nan_to_num(np.abs(old_out - new_out)).max())
+    times = time_interleaved(built, rounds)
+    for row in rows:
+        row[f"v{old_v}_us"] = float(np.min(times[row[f"v{old_v}_key"]]))
+        row[f"v{new_v}_us"] = float(np.min(times[row[f"v{new_v}_key"]]))
+        row["speedup"] = row[f"v{old_v}_us"] / row[f"v{new_v}_us"]
+    model_rows = []
+    for model in time_models:
+        inputs = model.random_inputs()
+        runners = {}
+        for version in versions:
+            with schedule_version(version):
+                runners[version] = autoplace.place(model, None, None, {"cpu": "llvm"}).runner
+        times = time_runners_interleaved(runners, inputs, rounds)  # outputs checked within 1e-3 first
+        model_rows.append(side_by_side_row(model.name, times, old_v, new_v, labels=(f"v{old_v}", f"v{new_v}")))
+        print(model_rows[-1], flush=True)
+    return pd.DataFrame(rows), pd.DataFrame(model_rows)
+
+
+def report_two_versions(kernels, models, versions, folder: str, name: str) -> None:
+    """Print and write what :func:`two_versions` measured: ``<folder>/<name>_kernels.csv`` and ``_models.csv``."""
+    import os
+
+    import pandas as pd
+
+    kernels.to_csv(os.path.join(folder, f"{name}_kernels.csv"), index=False)
+    if len(kernels):
+        with pd.option_context("display.width", 220, "display.max_colwidth", 48, "display.max_rows", 500):
+            print(kernels.drop(columns=[f"v{v}_key" for v in versions]).round(3).to_string(index=False))
+        s = kernels["speedup"]
+        print(f"{len(kernels)} kernels changed: speedup min {s.min():.2f}, median {s.median():.2f}, max {s.max():.2f}; "
+              f"{int((s < 0.95).sum())} slower by more than 5%; max abs diff {kernels['max_abs_diff'].max():.1e}")
+    if len(models):
+        models.to_csv(os.path.join(folder, f"{name}_models.csv"), index=False)
+        print(models.round(3).to_string(index=False))
+    print(f"wrote {folder}/{name}_*.csv")
