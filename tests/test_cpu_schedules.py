@@ -217,6 +217,7 @@ def test_conv2d(n, c, h, o, k, stride, pad, groups):
     (lambda x, w: R.nn.conv2d(x, w), [(2, 37, 1, 1), (24, 37, 1, 1)]),  # batch 2, a reduction no vector divides
     (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 1, 1), (40, 64, 1, 1)]),  # strided: the same one element
     (lambda x, w: R.matmul(x, w), [(6, 300), (300, 1)]),  # a matmul by one column
+    (lambda x, w: R.nn.conv2d(x, w, groups=4), [(1, 64, 1, 1), (32, 16, 1, 1)]),  # grouped: 16 channels a group
 ])
 def test_a_contraction_of_one_output_element_a_row_is_a_dot_product_in_vector_lanes(make, shapes):
     # was one scalar multiply-add at a time (Contraction vectorises along output rows: here they are 1 long)
