@@ -704,7 +704,7 @@ def _dot_product_features(run: int, dtype_bits: int) -> dict:
     """The :data:`SCHEDULE_FEATURES` of a dot product of ``run`` elements per output, accumulated in the lanes
     :func:`autoplace.backend.cpu_schedules.row_reduction_width` gives it (two vector loads per vector multiply-add,
     one row a tile; scalar where it gives none)."""
-    from ..backend.cpu_schedules import row_reduction_width, RowReduction
+    from ..backend.cpu_schedules import RowReduction, row_reduction_width
 
     feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=1.0)
     for bits in (256, 512):
