@@ -160,7 +160,7 @@ def into_readme(text: str, readme: str = os.path.join(ROOT, "README.md")) -> Non
     """Replace the README's section :data:`README_HEADING` (heading to the next heading) with ``text``."""
     with open(readme, encoding="utf-8") as f:
         old = f.read()
-    section = re.compile(re.escape(README_HEADING) + r"\n.*?(?=\n#{2,3} )", re.S)
+    section = re.compile(re.escape(README_HEADING) + r"\n.*?(?=\n#{2,3} )", re.DOTALL)
     if not section.search(old):
         raise SystemExit(f"{readme} has no section {README_HEADING!r}: add that heading where the table belongs")
     body = text.split("\n", 1)[1].rstrip("\n")
@@ -176,12 +176,12 @@ def main(argv=None):
     text = "\n".join([
         README_HEADING,
         "",
-        f"Written by `python experiments/criteria_status.py` from the committed results (nothing timed): held-out "
-        f"end to end within {E2E_MAX_ERR:.0%} (pure prediction, leave one architecture out), kernel Spearman >= "
-        f"{SPEARMAN_MIN} per held-out model with 3 or more distinct kernels, the nominal 80% kernel band covering "
-        f"{BAND_COVERAGE_RANGE[0]:.0%}-{BAND_COVERAGE_RANGE[1]:.0%} of held-out kernels, and `measure=\"always\"` "
-        f"within {AUTO_MAX_ERR:.0%} of the built plan. Each column is the newest committed file of its kind, so "
-        f"the columns of one row can come from different sessions (the folders say which).",
+        (f"Written by `python experiments/criteria_status.py` from the committed results (nothing timed): held-out "
+         f"end to end within {E2E_MAX_ERR:.0%} (pure prediction, leave one architecture out), kernel Spearman >= "
+         f"{SPEARMAN_MIN} per held-out model with 3 or more distinct kernels, the nominal 80% kernel band covering "
+         f"{BAND_COVERAGE_RANGE[0]:.0%}-{BAND_COVERAGE_RANGE[1]:.0%} of held-out kernels, and `measure=\"always\"` "
+         f"within {AUTO_MAX_ERR:.0%} of the built plan. Each column is the newest committed file of its kind, so "
+         f"the columns of one row can come from different sessions (the folders say which)."),
         "",
         markdown(table),
         "",
