@@ -3,7 +3,7 @@
 A 1x1 convolution over a 1x1 map (a MobileNet's last stages and head, a squeeze-excitation block) or a matmul by
 one column writes one element per output row. Until version 14 ``cpu_schedules.Contraction`` vectorised it along
 that row, one lane wide: one scalar multiply-add at a time (the Zen 5 streamed the weights of such a convolution at
-14 GB/s, where a matmul of two rows by the same weights reads them at 100-130). Version 15
+7-15 GB/s, where a matmul of two rows by the same weights reads them at 100-130). Version 15
 (``UNIT_ROW_DOT_PRODUCTS``) leaves it to ``DotProduct``, which accumulates each output along the reduction in vector
 lanes, as ``RowReduction`` does a sum.
 

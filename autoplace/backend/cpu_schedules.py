@@ -1431,11 +1431,9 @@ def _dot_product_per_output(stmt) -> bool:
     if not products or len({str(rd.source.name) for rd in stmt.reads} - {str(stmt.writes[0].source.name)}) < 2:
         return False
     shape = stmt.writes[0].source.shape
-    reduced = [int(iv.dom.extent) for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce
-               if isinstance(iv.dom.extent, tirx.IntImm)]
+    reduced = [iv.dom.extent for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
     return (bool(shape) and isinstance(shape[-1], tirx.IntImm) and int(shape[-1]) == 1
-            and len(reduced) == sum(1 for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce)
-            and sum(e > 1 for e in reduced) == 1)
+            and all(isinstance(e, tirx.IntImm) for e in reduced) and sum(int(e) > 1 for e in reduced) == 1)
 
 
 class DotProduct(RowReduction):
