@@ -11,8 +11,13 @@ lanes, as ``RowReduction`` does a sum.
   same random inputs, outputs compared, timed in interleaved rounds (about 1 ms of calls per sample);
 * models: each model placed all-CPU and built both ways, outputs compared, timed in interleaved rounds.
 
+Version 15 also reads an operand the dot product would read with a stride (a 1x1 at stride 2 over a 2x2 map reads
+channels 4 floats apart) from a copy laid out along the reduction, when the kernel has the work for two threads
+(``COMPACT_STRIDED_DOT_OPERANDS``). ``--compact-only`` compares version 15 with and without that instead (files
+``dot_products_compact_*.csv``).
+
     python experiments/dot_products.py [--models mobilenetv2 ops-conv_head-1x1-160x1x1-1280-relu6 ...]
-                                       [--time-models mobilenetv2 mobilenetv2-base] [--rounds 5]
+                                       [--time-models mobilenetv2 mobilenetv2-base] [--rounds 5] [--compact-only]
 
 Model names are zoo specs or op-family models (``ops-<family>-...``, as ``autoplace profile --zoo ops`` names them;
 ``ops:<family>`` takes all of a family's). Writes ``experiments/results/<hardware id>/dot_products_kernels.csv``
@@ -46,6 +51,20 @@ def schedule_version(version: int):
         cs.UNIT_ROW_DOT_PRODUCTS = saved
 
 
+@contextlib.contextmanager
+def compact_operands(version: str):
+    """Version 15's dot products with (``"15"``) or without (``"15strided"``) their strided operands laid out along
+    the reduction."""
+    from autoplace.backend import cpu_schedules as cs
+
+    saved = cs.COMPACT_STRIDED_DOT_OPERANDS
+    cs.COMPACT_STRIDED_DOT_OPERANDS = version == "15"
+    try:
+        yield
+    finally:
+        cs.COMPACT_STRIDED_DOT_OPERANDS = saved
+
+
 def models_of(specs) -> list:
     """The models ``specs`` name: zoo specs, op-family models by name, ``ops:<family>`` for a whole family."""
     from autoplace import zoo
@@ -74,12 +93,16 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="models whose changed kernels are timed")
     parser.add_argument("--time-models", nargs="*", default=list(DEFAULT_TIMED_MODELS), help="models timed whole both ways")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compact-only", action="store_true",
+                        help="version 15 without (columns v15strided_*) and with (v15_*) COMPACT_STRIDED_DOT_OPERANDS")
     args = parser.parse_args(argv)
-    kernels, models = two_versions(models_of(args.models), schedule_version, (14, 15), args.rounds, describe,
+    versions, switch = (("15strided", "15"), compact_operands) if args.compact_only else ((14, 15), schedule_version)
+    kernels, models = two_versions(models_of(args.models), switch, versions, args.rounds, describe,
                                    time_models=models_of(args.time_models))
-    for version in (14, 15) if len(kernels) else ():
+    for version in versions if len(kernels) else ():
         kernels[f"v{version}_weights_gb_s"] = kernels["weight_bytes"] / kernels[f"v{version}_us"] / 1e3
-    report_two_versions(kernels, models, (14, 15), results_folder(), "dot_products")
+    report_two_versions(kernels, models, versions, results_folder(),
+                        "dot_products_compact" if args.compact_only else "dot_products")
 
 
 if __name__ == "__main__":

@@ -242,6 +242,12 @@ def test_schedule_features_of_a_dot_product_describe_its_lanes_not_a_register_ti
         "sched_lane_use_512"] == 2 / 16
     column = dict(target="llvm", anchor_op="relax.matmul", anchor_input_shapes=[[6, 300], [300, 1]])
     assert _schedule_features(column, 32)["sched_rows_512"] == 1.0
+    assert now["sched_v_stride"] == 1.0
+    # a 1x1 at stride 2 over a 2x2 map reads channels 4 apart: laid out along them first with work for two threads
+    strided = {**head, "anchor_attrs": {**head["anchor_attrs"], "strides": [2, 2]}}
+    big = _schedule_features({**strided, "anchor_input_shapes": [[1, 128, 2, 2], [256, 128, 1, 1]]}, 32)
+    small = _schedule_features({**strided, "anchor_input_shapes": [[1, 32, 2, 2], [64, 32, 1, 1]]}, 32)
+    assert big["sched_v_stride"] == 1.0 and small["sched_v_stride"] == 4.0 and small["sched_rows_512"] == 1.0
 
 
 def test_op_names_from_kernel_names_and_classes():

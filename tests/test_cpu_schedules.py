@@ -227,6 +227,51 @@ def test_a_contraction_of_one_output_element_a_row_is_a_dot_product_in_vector_la
     assert cs.vectorized_row_reduction(scheduled) and cs.vector_width(scheduled) >= 4, name
 
 
+def _reads_along_last_axis(func, block: str) -> dict:
+    """``{buffer: whether the first axis that block's reduced loops (longer than 1) index is the buffer's last}`` for
+    each buffer ``block`` reads."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    found = {}
+
+    def visit(b):
+        if str(b.name_hint) != block:
+            return
+        reduced = [iv.var for iv in b.iter_vars
+                   if iv.iter_type == tvm.tirx.IterVar.CommReduce and int(iv.dom.extent) > 1]
+        for read in b.reads:
+            uses = [any(v.same_as(r) for r in reduced for v in _vars(rng.min)) for rng in read.region]
+            found[str(read.source.name)] = any(uses) and uses.index(True) == len(uses) - 1
+
+    def _vars(expr):
+        out = []
+        tvm_ffi.structural_walk(expr, (tvm.tirx.Var, out.append), order="post")
+        return out
+
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, visit), order="post")
+    return found
+
+
+def test_a_dot_product_reading_its_input_with_a_stride_reads_it_laid_out_along_the_reduction():
+    # A 1x1 stride-2 convolution over a 2x2 map reads input channels 4 floats apart: with work for two threads it
+    # reads them from a copy with the channels last (Zen 3: 2.4-3.4x faster), on one thread strided as before.
+    make = lambda x, w: R.nn.conv2d(x, w, strides=2)
+    for shapes, laid_out in (([(1, 128, 2, 2), (256, 128, 1, 1)], True), ([(1, 32, 2, 2), (64, 32, 1, 1)], False)):
+        assert check(make, shapes, rtol=1e-4, atol=1e-4) == ["DotProduct"]
+        (_, func), = _prim_funcs(make, shapes)
+        scheduled, _ = schedule_prim_func(func, TARGET)
+        reads = _reads_along_last_axis(scheduled, "conv2d_nchw_rf")
+        assert reads["pad_temp"] is laid_out, reads
+    saved = cs.COMPACT_STRIDED_DOT_OPERANDS
+    cs.COMPACT_STRIDED_DOT_OPERANDS = False
+    try:
+        (_, func), = _prim_funcs(make, [(1, 128, 2, 2), (256, 128, 1, 1)])
+        assert not _reads_along_last_axis(schedule_prim_func(func, TARGET)[0], "conv2d_nchw_rf")["pad_temp"]
+    finally:
+        cs.COMPACT_STRIDED_DOT_OPERANDS = saved
+
+
 def test_contractions_with_rows_or_taps_stay_register_tiles():
     # a 2x2 map (rows of 2) and a 3x3 kernel on a 1x1 map (a reduction over channels and taps) are not dot products
     assert check(lambda x, w: R.nn.conv2d(x, w), [(1, 64, 2, 2), (32, 64, 1, 1)]) == ["Contraction"]

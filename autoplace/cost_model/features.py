@@ -673,10 +673,13 @@ def _tile_axes(record: Mapping) -> tuple[int, int, int] | None:
     return out[-1], rows, int(geo["strides"][-1])
 
 
-def _dot_product_run(record: Mapping) -> int | None:
-    """The reduction length of a matmul or convolution anchor that :class:`autoplace.backend.cpu_schedules.DotProduct`
-    schedules (one output element a row, one reduced extent over 1: a matmul by one column, a 1x1 convolution whose
-    output map is 1x1), else None; None too for a record timed before schedule version 15 (its kernel ran scalar)."""
+def _dot_product_run(record: Mapping) -> tuple[int, int] | None:
+    """``(reduction length, stride)`` of a matmul or convolution anchor that
+    :class:`autoplace.backend.cpu_schedules.DotProduct` schedules (one output element a row, one reduced extent over
+    1: a matmul by one column, a 1x1 convolution whose output map is 1x1), else None; None too for a record timed
+    before schedule version 15 (its kernel ran scalar). The stride: elements between two the reduction reads of
+    its input, 1 where the kernel lays them out along the reduction first
+    (:data:`~autoplace.backend.cpu_schedules.COMPACT_STRIDED_DOT_OPERANDS`, with work for two threads)."""
     from ..backend import cpu_schedules
 
     version = _get(record, "cpu_schedule", None)
@@ -688,7 +691,7 @@ def _dot_product_run(record: Mapping) -> int | None:
     if op_class(op) == "matmul":
         a, b = list(shapes[0]), list(shapes[1])
         n = b[-1] if len(b) >= 2 else 1
-        return a[-1] if n == 1 and a[-1] > 1 else None
+        return (a[-1], 1) if n == 1 and a[-1] > 1 else None
     if op_class(op) != "conv" or short_name(op).endswith("transpose"):
         return None
     attrs = _get(record, "anchor_attrs", {}) or {}
@@ -697,16 +700,22 @@ def _dot_product_run(record: Mapping) -> int | None:
         return None
     reduced = [geo["c"] // max(geo["groups"], 1), *geo["ksp"]]
     longer = [e for e in reduced if e > 1]
-    return longer[0] if len(longer) == 1 else None
+    if len(longer) != 1:
+        return None
+    stride = int(np.prod(geo["padded"])) if longer[0] == reduced[0] else 1  # channels a padded map apart
+    work = int(np.prod(shapes[0][:1])) * geo["cout"] * int(np.prod(geo["out"])) * longer[0]
+    if stride > 1 and cpu_schedules.COMPACT_STRIDED_DOT_OPERANDS and work >= cpu_schedules.PARALLEL_MIN_WORK["reduction"]:
+        stride = 1
+    return longer[0], stride
 
 
-def _dot_product_features(run: int, dtype_bits: int) -> dict:
+def _dot_product_features(run: int, dtype_bits: int, stride: int = 1) -> dict:
     """The :data:`SCHEDULE_FEATURES` of a dot product of ``run`` elements per output, accumulated in the lanes
     :func:`autoplace.backend.cpu_schedules.row_reduction_width` gives it (two vector loads per vector multiply-add,
-    one row a tile; scalar where it gives none)."""
+    one row a tile; scalar where it gives none), its input read ``stride`` elements apart."""
     from ..backend.cpu_schedules import RowReduction, row_reduction_width
 
-    feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=1.0)
+    feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=float(stride))
     for bits in (256, 512):
         lanes = max(bits // max(dtype_bits, 1), 1)
         width = row_reduction_width(run, lanes, RowReduction.ACCUMULATORS)
@@ -738,7 +747,7 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
     except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
         run = None
     if run is not None:
-        return _dot_product_features(run, dtype_bits)
+        return _dot_product_features(run[0], dtype_bits, stride=run[1])
     from ..backend.cpu_schedules import _ACCUMULATORS, _REGISTERS, Contraction
 
     e_v, e_u, v_stride = axes
