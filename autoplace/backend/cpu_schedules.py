@@ -1439,9 +1439,10 @@ def _dot_product_per_output(stmt) -> bool:
 #: A dot product whose operand is read with a stride along the reduction (a 1x1 convolution at stride 2 over a 2x2
 #: map reads one input pixel of four, its channels 4 floats apart) reads it laid out with that axis last, written
 #: so once a call, instead of strided vector loads for every output (:func:`_compact_strided_operands`), when it
-#: has the work to run in parallel (``PARALLEL_MIN_WORK["reduction"]`` multiply-adds): on the Zen 3 the four
-#: strided 1x1s of ``cnn_tiny_maps`` with 96-256 input channels ran 2.1-3.4x faster so, the four with 16-64 (run
-#: on one thread) 0.79-0.90x (the copy costs more than their strided loads). False: strided loads always.
+#: has the work to run in parallel (``PARALLEL_MIN_WORK["reduction"]`` multiply-adds): on the Zen 3 the three
+#: strided 1x1s of ``cnn_tiny_maps`` with 96-256 input channels ran 2.6-3.5x faster so, the five with 16-64 (run
+#: on one thread) 0.79-0.90x (the copy costs more than their strided loads; ``experiments/dot_products.py
+#: --compact-only``, session 63). False: strided loads always.
 COMPACT_STRIDED_DOT_OPERANDS = True
 
 
@@ -1496,7 +1497,8 @@ class DotProduct(RowReduction):
         if COMPACT_STRIDED_DOT_OPERANDS:
             block = next(b for b in sch.get_child_blocks(_root(sch)) if not _is_spatial(sch.get(b)))
             work = math.prod(int(iv.dom.extent) for iv in sch.get(block).iter_vars)
-            if work >= PARALLEL_MIN_WORK["reduction"] and _compact_strided_operands(sch, block):
+            # a layout the primitives refuse leaves the strided loads (GEMV, next in line, compiles for a minute)
+            if work >= PARALLEL_MIN_WORK["reduction"] and _attempt(_compact_strided_operands, sch, block):
                 func = sch.mod["main"]
         return super().apply(func, target, _tunable)
 
