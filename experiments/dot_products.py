@@ -39,30 +39,27 @@ DEFAULT_TIMED_MODELS = ("mobilenetv2",)
 
 
 @contextlib.contextmanager
-def schedule_version(version: int):
-    """The CPU rules as they were in schedule version 14 or are in 15."""
+def _flag(name: str, value: bool):
+    """``autoplace.backend.cpu_schedules.<name>`` set to ``value`` inside the block."""
     from autoplace.backend import cpu_schedules as cs
 
-    saved = cs.UNIT_ROW_DOT_PRODUCTS
-    cs.UNIT_ROW_DOT_PRODUCTS = version >= 15
+    saved = getattr(cs, name)
+    setattr(cs, name, value)
     try:
         yield
     finally:
-        cs.UNIT_ROW_DOT_PRODUCTS = saved
+        setattr(cs, name, saved)
 
 
-@contextlib.contextmanager
+def schedule_version(version: int):
+    """The CPU rules as they were in schedule version 14 or are in 15."""
+    return _flag("UNIT_ROW_DOT_PRODUCTS", version >= 15)
+
+
 def compact_operands(version: str):
     """Version 15's dot products with (``"15"``) or without (``"15strided"``) their strided operands laid out along
     the reduction."""
-    from autoplace.backend import cpu_schedules as cs
-
-    saved = cs.COMPACT_STRIDED_DOT_OPERANDS
-    cs.COMPACT_STRIDED_DOT_OPERANDS = version == "15"
-    try:
-        yield
-    finally:
-        cs.COMPACT_STRIDED_DOT_OPERANDS = saved
+    return _flag("COMPACT_STRIDED_DOT_OPERANDS", version == "15")
 
 
 def models_of(specs) -> list:

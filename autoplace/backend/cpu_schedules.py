@@ -1460,10 +1460,12 @@ def _compact_strided_operands(sch: s_tir.Schedule, block) -> list[str]:
     stmt = sch.get(block)
     reduced = [iv.var for iv in stmt.iter_vars
                if iv.iter_type == tirx.IterVar.CommReduce and int(iv.dom.extent) > 1]
+    if len(reduced) != 1:
+        return []
     written = {str(w.source.name) for w in stmt.writes}
     strided = []
     for index, read in enumerate(stmt.reads):
-        if str(read.source.name) in written or len(reduced) != 1:
+        if str(read.source.name) in written:
             continue
         axes = [i for i, rng in enumerate(read.region) if any(v.same_as(reduced[0]) for v in _vars_in(rng.min))]
         if len(axes) == 1 and any(int(d) > 1 for d in read.source.shape[axes[0] + 1:]):
@@ -1490,16 +1492,15 @@ class DotProduct(RowReduction):
         if not UNIT_ROW_DOT_PRODUCTS or not isinstance(func, tirx.PrimFunc):
             return None
         sch = s_tir.Schedule(func)
-        stmts = [sch.get(b) for b in sch.get_child_blocks(_root(sch))]
-        reductions = [s for s in stmts if not _is_spatial(s)]
-        if len(reductions) != 1 or not _is_reduction(reductions[0]) or not _dot_product_per_output(reductions[0]):
+        reductions = [b for b in sch.get_child_blocks(_root(sch)) if not _is_spatial(sch.get(b))]
+        stmt = sch.get(reductions[0]) if len(reductions) == 1 else None
+        if stmt is None or not _is_reduction(stmt) or not _dot_product_per_output(stmt):
             return None
-        if COMPACT_STRIDED_DOT_OPERANDS:
-            block = next(b for b in sch.get_child_blocks(_root(sch)) if not _is_spatial(sch.get(b)))
-            work = math.prod(int(iv.dom.extent) for iv in sch.get(block).iter_vars)
-            # a layout the primitives refuse leaves the strided loads (GEMV, next in line, compiles for a minute)
-            if work >= PARALLEL_MIN_WORK["reduction"] and _attempt(_compact_strided_operands, sch, block):
-                func = sch.mod["main"]
+        work = math.prod(int(iv.dom.extent) for iv in stmt.iter_vars)
+        # a layout the primitives refuse leaves the strided loads (GEMV, next in line, compiles for a minute)
+        if (COMPACT_STRIDED_DOT_OPERANDS and work >= PARALLEL_MIN_WORK["reduction"]
+                and _attempt(_compact_strided_operands, sch, reductions[0])):
+            func = sch.mod["main"]
         return super().apply(func, target, _tunable)
 
 
