@@ -1,7 +1,8 @@
 """Where issue 11's acceptance criteria stand on every machine, read from the committed results (nothing timed).
 
 For each profile under ``profiles/`` (one machine each), the newest committed result of each evaluation under
-``experiments/results/<profile>*/`` (the folder named by the profile, or by it and a suffix: ``-s60``):
+``experiments/results/<profile>*/`` (the folder named by the profile, or by it and a suffix: ``-s60``; a folder whose
+name ends in ``-reverted`` holds the evaluation of a profile that was not kept, and is skipped):
 
 * leave one architecture out (``cost_model_lofo_models.csv`` of ``experiments/cost_model_eval.py``, the default
   ``xgb`` model): how many held-out models' pure end-to-end prediction lies within :data:`E2E_MAX_ERR` of the
@@ -38,6 +39,8 @@ RESULTS = os.path.join(ROOT, "experiments", "results")
 AUTO_MAX_ERR = 0.05
 #: Profiles no machine computes any more (ids that predate the microarchitecture in the name).
 RETIRED = ("amd-epyc-2c",)
+#: The suffix of a results folder whose profile was put back after its evaluation (not a result of the profile there).
+REVERTED = "-reverted"
 
 
 def committed_at(path: str) -> float:
@@ -55,7 +58,8 @@ def committed_at(path: str) -> float:
 def newest(profile: str, pattern: str) -> str | None:
     """The newest committed file matching ``pattern`` in a results folder of ``profile``."""
     paths = [p for folder in (profile, f"{profile}-*") for p in
-             glob.glob(os.path.join(RESULTS, folder, "**", pattern), recursive=True)]
+             glob.glob(os.path.join(RESULTS, folder, "**", pattern), recursive=True)
+             if not os.path.relpath(p, RESULTS).split(os.sep)[0].endswith(REVERTED)]
     return max(paths, key=committed_at) if paths else None
 
 
