@@ -40,11 +40,8 @@ def newest(folder: str, kind: str) -> dict:
     """``{key: record}``: the newest successful llvm record of ``kind`` in the profile ``folder``."""
     from autoplace.profile.store import ProfileStore
 
-    records = {}
-    for record in ProfileStore(folder).load().records:
-        if record.get("kind") == kind and record.get("status") == "ok" and record.get("target") == "llvm":
-            records[record["key"]] = record
-    return records
+    return {key: record for (record_kind, key, target), record in ProfileStore(folder).newest_good().items()
+            if record_kind == kind and target == "llvm"}
 
 
 def retime(copy: str, models: list, redo: str, rounds: int) -> None:
