@@ -96,6 +96,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _ratio_at_least_one(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a ratio >= 1 (1.05: the folder's kernels may read 5% slower "
+                                         f"than their records), got {text}")
+    return value
+
+
 def _json_option(text: str, option: str, example: str, error=AutoplaceError):
     """``text`` parsed as JSON; a duplicate key in any object is refused (JSON would keep the last)."""
 
@@ -416,7 +427,8 @@ def cmd_profile(args) -> int:
         print(f"profiling into {store.path}")
         summary = profile_models(models, targets, store, copies=not args.no_copies,
                                  end_to_end=not args.no_end_to_end, rounds=args.rounds,
-                                 max_rounds=args.max_rounds, timer=timer, progress=not args.no_progress, redo=args.redo or ())
+                                 max_rounds=args.max_rounds, timer=timer, progress=not args.no_progress, redo=args.redo or (),
+                                 host_check=args.host_check, host_check_limit=args.host_check_limit)
     finally:
         timer.close()
     print(json.dumps(summary, indent=1))
@@ -598,6 +610,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=_int_at_least(1), default=None,
                    help="after --rounds, time again (up to this many rounds in all) only the kernels and models "
                         "whose fastest round no other round confirms within 10%%: a host slow in phases")
+    p.add_argument("--host-check", choices=["refuse", "warn", "off"], default="refuse",
+                   help="before timing, time a dozen of the folder's own CPU kernels against their records: refuse "
+                        "(default) stops before anything is timed when they read over --host-check-limit, warn "
+                        "times anyway (records carry host_check_ratio), off skips it")
+    p.add_argument("--host-check-limit", type=_ratio_at_least_one, default=1.05, metavar="RATIO",
+                   help="how many times their records the folder's kernels may read (median) before the host "
+                        "counts as slow (default 1.05)")
     p.add_argument("--no-copies", action="store_true")
     p.add_argument("--no-end-to-end", action="store_true",
                    help="skip timing each model whole (kernels only; the cost-model evaluation needs it)")

@@ -150,6 +150,9 @@ class HostSpeed:
         self.apart_count = 0  # readings of this job with the cores apart
         self.waited_s = 0.0  # seconds wait_calm waited in this job
         self.wait_budget_s = wait_budget_s
+        #: Set by a profiling job whose host check read slow and went on (``host_check="warn"``): the ratio of
+        #: the folder's kernels now to their records, stamped on every record (:mod:`.host_check`).
+        self.host_check_ratio: float | None = None
 
     @classmethod
     def for_records(cls, *records, **options) -> HostSpeed:
@@ -202,7 +205,8 @@ class HostSpeed:
         """``host_slowdown``, ``canary_us`` and ``sharing_canary_us`` for a record timed now (timing the canaries
         if they are due)."""
         slowdown = self.slowdown()
-        return dict(host_slowdown=slowdown, canary_us=self.canary_us, sharing_canary_us=self.sharing_us)
+        checked = {} if self.host_check_ratio is None else dict(host_check_ratio=self.host_check_ratio)
+        return dict(host_slowdown=slowdown, canary_us=self.canary_us, sharing_canary_us=self.sharing_us, **checked)
 
     def calm_samples(self, sample_us, wanted: int, patience_s: float = 3.0) -> dict:
         """Samples of ``sample_us()`` (one timing of a few ms, in us), each right after a canary, kept from

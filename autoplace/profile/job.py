@@ -39,6 +39,13 @@ from ..targets import TargetSet
 from .cache_state import IN_MODEL_TIMING, WEIGHTS_COLD_TIMING
 from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_launch_overhead
 from .hardware import measured_by
+from .host_check import (
+    HOST_CHECK_LIMIT,
+    MIN_HOST_CHECK_KERNELS,
+    REFERENCE_MODELS,
+    check_host_speed,
+    reference_kernels,
+)
 from .host_speed import APART, CALM, SLOW, HostSpeed
 from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
@@ -536,7 +543,8 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
                    end_to_end: bool = True, redo: Iterable[str] = (), copy_sizes=DEFAULT_COPY_SIZES,
                    timer: KernelTimer | None = None, progress: bool = True, log=print,
                    lock_timeout_s: float | None = None, rpc=None, rounds: int = 1,
-                   max_rounds: int | None = None) -> dict:
+                   max_rounds: int | None = None, host_check: str = "refuse",
+                   host_check_limit: float = HOST_CHECK_LIMIT) -> dict:
     """Profile models on targets into ``store``; returns a summary dict.
 
     Call it from the command line (``autoplace profile``) or, in a script, under
@@ -577,6 +585,12 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         Measure on the servers of a TVM RPC tracker instead of this machine
         (:func:`autoplace.profile.rpc.profile_over_rpc`, e.g. ``rpc=("10.0.0.5:9190", "gpu-box")``):
         ``store`` must then be that machine's folder (or new; None: ``profiles/<its hardware id>``).
+    host_check : {"refuse", "warn", "off"}
+        Before timing CPU kernels or models, time a dozen of the folder's own kernels (of these models, else of
+        the zoo's cnn-base and bert-base) and compare them with their records (:mod:`autoplace.profile.host_check`):
+        ``"refuse"`` raises ``ProfilingError`` before anything is timed when they read over
+        ``host_check_limit`` (1.05) times their records, ``"warn"`` logs it and goes on (the new CPU kernel records
+        carry ``host_check_ratio``), ``"off"`` skips it. A folder with fewer than 6 such kernels is not checked.
 
     Raises
     ------
@@ -619,7 +633,7 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
     summary = _profile_extracted(extracted, targets, kinds, runnable, store, copies=copies,
                                  end_to_end=end_to_end, redo=set(redo), copy_sizes=copy_sizes, timer=timer,
                                  progress=progress, log=log, lock_timeout_s=lock_timeout_s, rounds=rounds,
-                                 max_rounds=max_rounds)
+                                 max_rounds=max_rounds, host_check=host_check, host_check_limit=host_check_limit)
     return dict(summary, skipped_targets=skipped_targets, seconds=time.perf_counter() - started)
 
 
@@ -818,11 +832,13 @@ def extract_models(models: Iterable, targets, kinds: dict) -> list:
 
 def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, end_to_end, redo, copy_sizes,
                        timer, progress, log, lock_timeout_s, rounds: int = 1, report_speed: bool = True,
-                       max_rounds: int | None = None, canary_records=None) -> dict:
-    """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, measure."""
+                       max_rounds: int | None = None, canary_records=None, host_check: str = "off",
+                       host_check_limit: float = HOST_CHECK_LIMIT) -> dict:
+    """The job's core over ``[(model, graph, {kind: [Unit]})]``: lock, skip what is done, check the host
+    (``host_check``, :func:`_check_host`), measure."""
     own_timer = timer is None
     max_rounds = max(rounds, max_rounds or rounds)
-    unconfirmed, moved = None, {}
+    unconfirmed, moved, checked = None, {}, None
     timer = timer or KernelTimer()
     try:
         with store.lock(timeout_s=lock_timeout_s, log=log):
@@ -872,7 +888,12 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
+            if host_check != "off" and any(item[4] == "llvm" for item in todo + model_runs):
+                checked = _check_host(newest, seen, recompiled, targets, kinds, timer, store, mode=host_check,
+                                      limit=host_check_limit, log=log)
             speed = HostSpeed.for_records(store.records(), canary_records) if timing_cpu else None
+            if speed is not None and checked is not None and checked.slow:
+                speed.host_check_ratio = round(checked.ratio, 4)
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
                                               speed=speed, continued=continued)
             kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
@@ -910,11 +931,34 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
         if own_timer:
             timer.close()
     summary = dict(units_total=total_units, units_unique=len(seen), measured=measured, failed=failed)
+    if checked is not None:
+        summary["host_check"] = checked.summary("timed anyway" if checked.slow else "passed")
     if unconfirmed is not None and max_rounds > rounds:
         summary["unconfirmed"] = len(unconfirmed)
     if "unit" in redo:
         summary["moved"] = len(moved)
     return summary
+
+
+def _check_host(newest: dict, seen: dict, recompiled: set, targets, kinds: dict, timer: KernelTimer,
+                store: ProfileStore, *, mode: str, limit: float, log):
+    """The job's host check (:func:`~autoplace.profile.host_check.check_host_speed`) on the CPU kernels of its
+    models that the folder has (``seen``: ``{tag: Unit}``; not ``recompiled`` ones, whose code changed), topped up
+    with those of :data:`~autoplace.profile.host_check.REFERENCE_MODELS` when they are too few and the folder
+    has enough of any."""
+    references = reference_kernels(newest, seen, exclude=recompiled)
+    timed_calm = sum(1 for tag, r in newest.items() if tag[0] == "unit" and tag[2] == "llvm" and confirmed(r))
+    if len(references) < MIN_HOST_CHECK_KERNELS and timed_calm >= MIN_HOST_CHECK_KERNELS:
+        from .. import zoo
+
+        extra = {}
+        for name in REFERENCE_MODELS:
+            for _, _, by_kind in extract_models([(name, zoo.parse(name))], targets, {"llvm": kinds["llvm"]}):
+                extra.update({("unit", u.key, "llvm"): u for u in by_kind["llvm"]})
+        references = reference_kernels(newest, {**extra, **seen}, exclude=recompiled)
+    timer.check_harness()
+    return check_host_speed(references, timer, targets[kinds["llvm"]].target, mode=mode, limit=limit, log=log,
+                            folder=store.path)
 
 
 def _check_folder_is_this_machine(store: ProfileStore) -> None:

@@ -1,0 +1,158 @@
+"""Before a profiling job adds CPU records to a folder: does this host time the folder's own kernels as fast as
+when they were recorded?
+
+A profile's records are its calm rounds (:mod:`.host_speed`, :func:`~autoplace.profile.job.confirmed`). On a
+host that runs slow for a whole session every round of a job is slow, and the records it adds price their kernels
+that much higher than the folder's others: the cost model then learns the difference as the kernels' own. On the
+AMD Zen 5 (session 64) two re-profiles made on such a host held out 33 and 35 of 36 models within 15% against 36
+before (resnet-base +7.4% -> +17.9%), while the host timed the folder's own kernels 1.06-1.42x their records
+(``experiments/slow_host_ratios.py``) and the canary read 1.2-1.36x, not tracking it. The canary is one matmul;
+this check times what the job's records will be compared with: a dozen of the folder's kernels, spread over
+their sizes, twice each, and compares the faster reading with the record's.
+
+:func:`check_host_speed` says how the job goes on: ``"refuse"`` (the default of a profiling job) raises
+:class:`~autoplace.errors.ProfilingError` before anything is timed when the kernels read over ``limit`` times
+their records (so nothing is lost: run the job again at a calmer moment), ``"warn"`` logs it and goes on (each
+CPU record then carries ``host_check_ratio``), ``"off"`` skips the check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ProfilingError
+from .host_speed import SLOW
+
+#: Kernels a host check times (fewer when the folder has fewer to compare with).
+HOST_CHECK_KERNELS = 12
+#: Below this many kernels to compare with, the check says so and is skipped (a new folder, a new op family
+#: whose folder lacks the reference models' kernels too).
+MIN_HOST_CHECK_KERNELS = 6
+#: The folder's kernels may read up to this many times their records (median over the kernels) before a job
+#: refuses: session 64's Zen 5 read 1.056x at its calmest moment, 1.17x and 1.42x at others.
+HOST_CHECK_LIMIT = 1.05
+#: Kernels whose record is within this range (us) are compared: shorter ones are mostly call overhead, longer
+#: ones make the check slow.
+HOST_CHECK_US = (10.0, 5000.0)
+#: Times each kernel is timed (the fastest counts, as a record's fastest rounds do).
+HOST_CHECK_PASSES = 2
+#: Zoo models whose kernels a job compares with when its own models give too few (an op family new to the
+#: folder): every committed CPU profile has them.
+REFERENCE_MODELS = ("cnn-base", "bert-base")
+MODES = ("refuse", "warn", "off")
+
+
+@dataclass
+class HostCheck:
+    """What a host check read: one row per kernel compared (``names``, ``record_us``, ``now_us``)."""
+
+    names: list = field(default_factory=list)
+    record_us: list = field(default_factory=list)
+    now_us: list = field(default_factory=list)
+    limit: float = HOST_CHECK_LIMIT
+
+    @property
+    def ratios(self) -> np.ndarray:
+        return np.asarray(self.now_us, dtype=float) / np.asarray(self.record_us, dtype=float)
+
+    @property
+    def ratio(self) -> float:
+        """The median over the kernels of now / record (NaN when none was compared)."""
+        return float(np.median(self.ratios)) if self.names else float("nan")
+
+    @property
+    def slow(self) -> bool:
+        return bool(self.names) and self.ratio > self.limit
+
+    def describe(self) -> str:
+        if not self.names:
+            return "host check: no kernel of this folder to compare with"
+        r = self.ratios
+        worst = np.argsort(-r)[:2]
+        return (f"host check: this host times {len(r)} of the folder's kernels at {self.ratio:.3f}x their records "
+                f"(quartiles {np.quantile(r, 0.25):.2f}-{np.quantile(r, 0.75):.2f}, range {r.min():.2f}-{r.max():.2f}; "
+                + ", ".join(f"{self.names[i]} {self.record_us[i]:.3g} -> {self.now_us[i]:.3g} us" for i in worst)
+                + f"; limit {self.limit:.2f}x)")
+
+    def summary(self, decision: str) -> dict:
+        return dict(kernels=len(self.names), ratio=round(self.ratio, 4) if self.names else None,
+                    limit=self.limit, decision=decision)
+
+
+def reference_kernels(newest: dict, units: dict, *, exclude=frozenset(), count: int = HOST_CHECK_KERNELS) -> list:
+    """``[(tag, Unit, record)]``: up to ``count`` CPU kernels of ``units`` (``{tag: Unit}``) with a record in
+    ``newest`` (:meth:`~autoplace.profile.store.ProfileStore.newest_good`) to compare with: confirmed by a second
+    round, timed calm (``host_slowdown`` at most :data:`~autoplace.profile.host_speed.SLOW`), within
+    :data:`HOST_CHECK_US`, not in ``exclude`` (kernels whose code changed since their record); evenly spread
+    over their record times."""
+    from .job import confirmed
+
+    low, high = HOST_CHECK_US
+    candidates = []
+    for tag, unit in units.items():
+        record = newest.get(tag)
+        if tag[2] != "llvm" or record is None or tag in exclude or not confirmed(record):
+            continue
+        slowdown = record.get("host_slowdown")
+        if slowdown is not None and np.isfinite(slowdown) and float(slowdown) > SLOW:
+            continue
+        if low <= float(record["median_us"]) <= high:
+            candidates.append((tag, unit, record))
+    candidates.sort(key=lambda c: (float(c[2]["median_us"]), c[0][1]))
+    if len(candidates) <= count:
+        return candidates
+    picks = np.unique(np.linspace(0, len(candidates) - 1, count).round().astype(int))
+    return [candidates[i] for i in picks]
+
+
+def time_references(references: list, timer, target, *, passes: int = HOST_CHECK_PASSES,
+                    limit: float = HOST_CHECK_LIMIT) -> HostCheck:
+    """Time each of ``references`` (:func:`reference_kernels`) ``passes`` times with ``timer`` (the job's
+    :class:`~autoplace.profile.measure.KernelTimer`) on ``target``; the fastest reading of each is compared with
+    its record. A kernel that fails now is left out."""
+    best: dict = {}
+    for _ in range(passes):
+        for tag, unit, _record in references:
+            result = timer.measure(unit, target, keep=True)
+            if result.get("status") == "ok":
+                best[tag] = min(best.get(tag, np.inf), float(result["median_us"]))
+    timer.forget_kept()
+    check = HostCheck(limit=limit)
+    for tag, unit, record in references:
+        if tag in best:
+            check.names.append(unit.func_name)
+            check.record_us.append(float(record["median_us"]))
+            check.now_us.append(best[tag])
+    return check
+
+
+def check_host_speed(references: list, timer, target, *, mode: str = "refuse", limit: float = HOST_CHECK_LIMIT,
+                     log=print, folder: str = "") -> HostCheck | None:
+    """Run the host check of a profiling job (module docstring) and act on it by ``mode``; returns what it read
+    (None with ``mode="off"`` or too few kernels to compare with)."""
+    if mode not in MODES:
+        raise ProfilingError(f"host_check={mode!r}: give one of {', '.join(MODES)} (e.g. --host-check warn)")
+    if mode == "off":
+        return None
+    if len(references) < MIN_HOST_CHECK_KERNELS:
+        log(f"host check: skipped, {folder or 'the folder'} has {len(references)} confirmed calm CPU kernels of "
+            f"these models or of {', '.join(REFERENCE_MODELS)} to compare with (it needs {MIN_HOST_CHECK_KERNELS})")
+        return None
+    check = time_references(references, timer, target, limit=limit)
+    if len(check.names) < MIN_HOST_CHECK_KERNELS:
+        log(f"host check: skipped, only {len(check.names)} of {len(references)} kernels ran")
+        return None
+    log(check.describe())
+    if check.slow and mode == "refuse":
+        raise ProfilingError(
+            f"{check.describe()}. Records timed now would price their kernels about {check.ratio - 1:.0%} slow "
+            "beside the folder's, and the cost model would learn the difference as the kernels' own. Nothing was "
+            "timed. Run the job again at a calmer moment (this check runs first each time), or time anyway with "
+            "--host-check warn (host_check=\"warn\"; each CPU kernel record then carries host_check_ratio), or give a "
+            "new --dir for a profile of this host as it is now")
+    if check.slow:
+        log(f"host check: over {limit:.2f}x, timing anyway (--host-check warn): the new CPU kernel records carry "
+            f"host_check_ratio={check.ratio:.3f}")
+    return check

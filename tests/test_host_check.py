@@ -1,0 +1,127 @@
+"""The profiling job's host check: before timing, a dozen of the folder's own CPU kernels are timed against their
+records, and a host that reads them slow is refused before anything is timed (issue 11)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from autoplace import zoo
+from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
+from autoplace.errors import ProfilingError
+from autoplace.profile import KernelTimer, ProfileStore, extract_units, profile_models
+from autoplace.profile.host_check import (
+    HOST_CHECK_KERNELS,
+    MIN_HOST_CHECK_KERNELS,
+    HostCheck,
+    check_host_speed,
+    reference_kernels,
+)
+
+
+class ScaledTimer(KernelTimer):
+    """Times every kernel at ``factor`` times the microseconds ``record_us`` gives its key (no compiling)."""
+
+    def __init__(self, record_us: dict, factor: float):
+        super().__init__(isolate=False)
+        self.record_us, self.factor, self.calls = record_us, factor, 0
+
+    def measure(self, unit, target, *, keep: bool = False) -> dict:
+        self.calls += 1
+        us = self.record_us.get(unit.key, 5.0) * self.factor
+        return dict(status="ok", median_us=us, min_us=us, max_us=us, samples=7, std_us=0.0)
+
+
+def _folder_with_calm_records(path, model_name="cnn-base"):
+    """A profile folder whose CPU kernels of ``model_name`` have two agreeing calm rounds each, 20-2000 us."""
+    units = {u.key: u for u in extract_units(zoo.parse(model_name), "llvm")}
+    store = ProfileStore(str(path))
+    record_us = {key: 20.0 * (1 + i) ** 1.5 for i, key in enumerate(sorted(units))}
+    for key, us in record_us.items():
+        store.append(dict(kind="unit", key=key, target="llvm", status="ok", median_us=us, min_us=us, max_us=us,
+                          round_medians_us=[us, us * 1.02], round_slowdowns=[1.0, 1.01], rounds=2,
+                          host_slowdown=1.0, cpu_schedule=SCHEDULE_VERSION))
+    return store, units, record_us
+
+
+def test_reference_kernels_are_confirmed_calm_records_spread_over_their_times(tmp_path):
+    store, units, record_us = _folder_with_calm_records(tmp_path / "p")
+    newest = store.newest_good()
+    tags = {("unit", key, "llvm"): unit for key, unit in units.items()}
+    picked = reference_kernels(newest, tags)
+    assert len(picked) == min(HOST_CHECK_KERNELS, len(tags))
+    times = [r["median_us"] for _, _, r in picked]
+    assert times == sorted(times) and times[0] == min(record_us.values())  # the fastest and the slowest kept
+    # a record of one round, one timed while the host ran slow, or one whose code changed is no reference
+    one_round, slow, changed = sorted(tags)[:3]
+    store.append(dict(newest[one_round], round_medians_us=[10.0], rounds=1))
+    store.append(dict(newest[slow], host_slowdown=1.4, round_slowdowns=[1.4, 1.5]))
+    kept = {tag for tag, _, _ in reference_kernels(store.newest_good(), tags, exclude={changed}, count=100)}
+    assert kept and not kept & {one_round, slow, changed}
+
+
+def test_host_check_reads_the_median_ratio_and_refuses_or_warns():
+    check = HostCheck(names=list("abcdefg"), record_us=[10.0] * 7, now_us=[10.0, 10.2, 10.3, 11.0, 12.0, 13.0, 30.0])
+    assert check.ratio == pytest.approx(1.1) and check.slow
+    assert "7 of the folder's kernels at 1.100x" in check.describe() and "g 10 -> 30 us" in check.describe()
+    assert not HostCheck(names=["a"], record_us=[10.0], now_us=[10.4]).slow
+    with pytest.raises(ProfilingError, match="host_check='sometimes'"):
+        check_host_speed([], None, "llvm", mode="sometimes")
+    lines = []
+    assert check_host_speed([], None, "llvm", log=lines.append) is None and "skipped" in lines[0]
+
+
+def test_a_job_on_a_host_that_times_the_folders_kernels_slow_is_refused_before_timing(tmp_path):
+    store, units, record_us = _folder_with_calm_records(tmp_path / "p")
+    assert len(units) >= MIN_HOST_CHECK_KERNELS
+    before = len(store.records())
+    slow = ScaledTimer(record_us, 1.3)
+    with pytest.raises(ProfilingError, match=r"at 1\.300x their records.*Nothing was timed.*--host-check warn"):
+        profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                       redo=["unit"], timer=slow, progress=False)
+    assert slow.calls == 2 * min(HOST_CHECK_KERNELS, len(units))  # the check's two passes, nothing else
+    assert len(store.records()) == before  # (retagging appends nothing: the records are on this version)
+
+    # a host as fast as the records passes, and its records carry no ratio
+    store, units, record_us = _folder_with_calm_records(tmp_path / "calm")
+    summary = profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             redo=["unit"], timer=ScaledTimer(record_us, 1.0), progress=False)
+    assert summary["host_check"]["decision"] == "passed" and summary["host_check"]["ratio"] == 1.0
+    newest = store.newest_good()
+    assert not any("host_check_ratio" in newest[("unit", key, "llvm")] for key in units)
+
+    # warn: times anyway, and the new records say how slow the check read
+    store, units, record_us = _folder_with_calm_records(tmp_path / "warn")
+    summary = profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             redo=["unit"], timer=ScaledTimer(record_us, 1.3), progress=False, host_check="warn")
+    assert summary["host_check"] == dict(kernels=min(HOST_CHECK_KERNELS, len(units)), ratio=1.3, limit=1.05,
+                                         decision="timed anyway")
+    newest = store.newest_good()
+    assert {newest[("unit", key, "llvm")].get("host_check_ratio") for key in units} == {1.3}
+
+
+def test_a_job_of_kernels_new_to_the_folder_compares_the_reference_models(tmp_path):
+    """mlp's kernels are not in the folder: the check times cnn-base's (a reference model) instead; a new folder
+    is not checked at all; off skips it."""
+    store, _units, record_us = _folder_with_calm_records(tmp_path / "p")
+    lines = []
+    with pytest.raises(ProfilingError, match="host check"):
+        profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                       timer=ScaledTimer(record_us, 2.0), progress=False, log=lines.append)
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             timer=ScaledTimer(record_us, 2.0), progress=False, host_check="off")
+    assert "host_check" not in summary and summary["measured"] == len({u.key for u in extract_units(zoo.get("mlp"), "llvm")})
+    lines = []
+    summary = profile_models([zoo.get("mlp")], {"cpu": "llvm"}, ProfileStore(str(tmp_path / "new")), copies=False,
+                             end_to_end=False, timer=ScaledTimer({}, 2.0), progress=False, log=lines.append)
+    assert "host_check" not in summary and any(line.startswith("host check: skipped") for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--host-check", "sometimes"], "invalid choice: 'sometimes'"),
+    (["--host-check-limit", "0.9"], "argument --host-check-limit: must be a ratio >= 1"),
+])
+def test_bad_host_check_options_are_refused_before_any_work(tmp_path, args, message):
+    run = subprocess.run([sys.executable, "-m", "autoplace.cli", "profile", "--zoo", "mlp", "--dir",
+                          str(tmp_path / "p"), "--no-copies", *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
