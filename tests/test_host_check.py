@@ -69,6 +69,9 @@ def test_host_check_reads_the_median_ratio_and_refuses_or_warns():
         check_host_speed([], None, "llvm", mode="sometimes")
     lines = []
     assert check_host_speed([], None, "llvm", log=lines.append) is None and "skipped" in lines[0]
+    for bad in (dict(host_check="sometimes"), dict(host_check_limit=0.9)):  # refused before any work
+        with pytest.raises(ProfilingError, match="host_check"):
+            profile_models([zoo.get("mlp")], {"cpu": "llvm"}, ProfileStore("/nonexistent/never-made"), **bad)
 
 
 def test_a_job_on_a_host_that_times_the_folders_kernels_slow_is_refused_before_timing(tmp_path):

@@ -46,6 +46,9 @@ from .host_check import (
     check_host_speed,
     reference_kernels,
 )
+from .host_check import (
+    MODES as HOST_CHECK_MODES,
+)
 from .host_speed import APART, CALM, SLOW, HostSpeed
 from .in_context import IN_CONTEXT_TIMING, time_in_context
 from .measure import KernelTimer, refuse_in_spawn_bootstrap
@@ -601,6 +604,12 @@ def profile_models(models: Iterable, targets, store: ProfileStore, *, copies: bo
         hardware, or a record that cannot be written (disk full).
     """
     refuse_in_spawn_bootstrap("autoplace.profile.profile_models")
+    if host_check not in HOST_CHECK_MODES:
+        raise ProfilingError(f"host_check={host_check!r}: give one of {', '.join(HOST_CHECK_MODES)} "
+                             "(e.g. --host-check warn)")
+    if isinstance(host_check_limit, bool) or not isinstance(host_check_limit, (int, float)) or not host_check_limit >= 1:
+        raise ProfilingError(f"host_check_limit={host_check_limit!r}: give a ratio >= 1 (e.g. 1.05: the folder's "
+                             "kernels may read 5% slower than their records)")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ProfilingError(f"rounds={rounds!r}: give the number of times to time each kernel, an integer >= 1 "
                              "(e.g. --rounds 3)")
@@ -947,8 +956,9 @@ def _check_host(newest: dict, seen: dict, recompiled: set, targets, kinds: dict,
     with those of :data:`~autoplace.profile.host_check.REFERENCE_MODELS` when they are too few and the folder
     has enough of any."""
     references = reference_kernels(newest, seen, exclude=recompiled)
-    timed_calm = sum(1 for tag, r in newest.items() if tag[0] == "unit" and tag[2] == "llvm" and confirmed(r))
-    if len(references) < MIN_HOST_CHECK_KERNELS and timed_calm >= MIN_HOST_CHECK_KERNELS:
+    if len(references) < MIN_HOST_CHECK_KERNELS and sum(  # (the folder has enough calm kernels for a check at all)
+            1 for tag, r in newest.items() if tag[0] == "unit" and tag[2] == "llvm" and confirmed(r)
+    ) >= MIN_HOST_CHECK_KERNELS:
         from .. import zoo
 
         extra = {}
