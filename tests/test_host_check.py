@@ -10,8 +10,11 @@ from autoplace import zoo
 from autoplace.backend.cpu_schedules import SCHEDULE_VERSION
 from autoplace.errors import ProfilingError
 from autoplace.profile import KernelTimer, ProfileStore, extract_units, profile_models
+from autoplace.profile import host_check
 from autoplace.profile.host_check import (
     HOST_CHECK_KERNELS,
+    HOST_CHECK_PASSES,
+    HOST_CHECK_TRIES,
     MIN_HOST_CHECK_KERNELS,
     HostCheck,
     check_host_speed,
@@ -20,16 +23,28 @@ from autoplace.profile.host_check import (
 
 
 class ScaledTimer(KernelTimer):
-    """Times every kernel at ``factor`` times the microseconds ``record_us`` gives its key (no compiling)."""
+    """Times every kernel at ``factor`` times the microseconds ``record_us`` gives its key (no compiling); with
+    ``phases`` (``[(calls, factor), ...]``) at each phase's factor for its number of calls, then at ``factor``."""
 
-    def __init__(self, record_us: dict, factor: float):
+    def __init__(self, record_us: dict, factor: float, phases=()):
         super().__init__(isolate=False)
-        self.record_us, self.factor, self.calls = record_us, factor, 0
+        self.record_us, self.factor, self.phases, self.calls = record_us, factor, list(phases), 0
 
     def measure(self, unit, target, *, keep: bool = False) -> dict:
         self.calls += 1
-        us = self.record_us.get(unit.key, 5.0) * self.factor
+        factor, start = self.factor, 0
+        for calls, phase_factor in self.phases:
+            if self.calls <= start + calls:
+                factor = phase_factor
+                break
+            start += calls
+        us = self.record_us.get(unit.key, 5.0) * factor
         return dict(status="ok", median_us=us, min_us=us, max_us=us, samples=7, std_us=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_wait_between_checks(monkeypatch):
+    monkeypatch.setattr(host_check, "HOST_CHECK_RETRY_S", 0.0)
 
 
 def _folder_with_calm_records(path, model_name="cnn-base"):
@@ -78,11 +93,14 @@ def test_a_job_on_a_host_that_times_the_folders_kernels_slow_is_refused_before_t
     store, units, record_us = _folder_with_calm_records(tmp_path / "p")
     assert len(units) >= MIN_HOST_CHECK_KERNELS
     before = len(store.records())
-    slow = ScaledTimer(record_us, 1.3)
-    with pytest.raises(ProfilingError, match=r"at 1\.300x their records.*Nothing was timed.*--host-check warn"):
+    slow, lines = ScaledTimer(record_us, 1.3), []
+    with pytest.raises(ProfilingError, match=r"at 1\.300x their records.*calmest of 3 checks.*Nothing was timed.*"
+                                             r"--host-check warn"):
         profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
-                       redo=["unit"], timer=slow, progress=False)
-    assert slow.calls == 2 * min(HOST_CHECK_KERNELS, len(units))  # the check's two passes, nothing else
+                       redo=["unit"], timer=slow, progress=False, log=lines.append)
+    per_check = HOST_CHECK_PASSES * min(HOST_CHECK_KERNELS, len(units))
+    assert slow.calls == HOST_CHECK_TRIES * per_check  # the checks' two passes each, nothing else
+    assert sum("reading again" in line for line in lines) == HOST_CHECK_TRIES - 1
     assert len(store.records()) == before  # (retagging appends nothing: the records are on this version)
 
     # a host as fast as the records passes, and its records carry no ratio
@@ -98,9 +116,24 @@ def test_a_job_on_a_host_that_times_the_folders_kernels_slow_is_refused_before_t
     summary = profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
                              redo=["unit"], timer=ScaledTimer(record_us, 1.3), progress=False, host_check="warn")
     assert summary["host_check"] == dict(kernels=min(HOST_CHECK_KERNELS, len(units)), ratio=1.3, limit=1.05,
-                                         decision="timed anyway")
+                                         checks=1, decision="timed anyway")  # (warn does not read again)
     newest = store.newest_good()
     assert {newest[("unit", key, "llvm")].get("host_check_ratio") for key in units} == {1.3}
+
+
+def test_a_host_slow_at_the_first_check_and_calm_at_the_next_is_timed(tmp_path):
+    """A host whose speed moves by the minute: the check reads again, and the calmest reading decides."""
+    store, units, record_us = _folder_with_calm_records(tmp_path / "p")
+    per_check = HOST_CHECK_PASSES * min(HOST_CHECK_KERNELS, len(units))
+    timer, lines = ScaledTimer(record_us, 1.0, phases=[(per_check, 1.2), (per_check, 1.02)]), []
+    summary = profile_models([zoo.parse("cnn-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             redo=["unit"], timer=timer, progress=False, log=lines.append)
+    assert summary["host_check"] == dict(kernels=min(HOST_CHECK_KERNELS, len(units)), ratio=1.02, limit=1.05,
+                                         checks=2, decision="passed")
+    assert [line for line in lines if "[check" in line][0].endswith("[check 1 of 3]")
+    assert summary["measured"] == len(units)  # then the job timed its kernels (at the calm factor)
+    newest = store.newest_good()
+    assert {newest[("unit", key, "llvm")]["median_us"] / record_us[key] for key in units} == {1.0}
 
 
 def test_a_job_of_kernels_new_to_the_folder_compares_the_reference_models(tmp_path):
