@@ -160,3 +160,56 @@ def test_bad_host_check_options_are_refused_before_any_work(tmp_path, args, mess
     run = subprocess.run([sys.executable, "-m", "autoplace.cli", "profile", "--zoo", "mlp", "--dir",
                           str(tmp_path / "p"), "--no-copies", *args], capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def _model_record(model_name: str, median_us: float) -> dict:
+    """A confirmed calm end-to-end record of ``model_name`` built on the CPU, launching its current kernels."""
+    keys = [u.key for u in extract_units(zoo.parse(model_name), "llvm")]
+    return dict(kind="model", key=model_name, target="llvm", status="ok", unit_keys=keys, median_us=median_us,
+                min_us=median_us, max_us=median_us, round_medians_us=[median_us, median_us * 1.01],
+                round_slowdowns=[1.0, 1.0], rounds=2, host_slowdown=1.0)
+
+
+def test_models_end_to_end_are_checked_apart_from_the_kernels():
+    """Kernels alone at their records' speed, whole models slower (the Zen 4, session 66): refused, and the error
+    says that the kernels alone could be timed now; models as fast as their records pass."""
+    kernels = HostCheck(names=list("abcdef"), record_us=[10.0] * 6, now_us=[10.1] * 6)
+
+    class Kernels:  # time_references stand-in: the same calm kernels each check
+        def measure(self, unit, target, keep=False):
+            return dict(status="ok", median_us=10.1)
+
+        def forget_kept(self):
+            pass
+
+    references = [(("unit", name, "llvm"), type("U", (), {"func_name": name})(), dict(median_us=10.0))
+                  for name in kernels.names]
+    slow_models = [("m1", lambda: 130.0, dict(median_us=100.0)), ("m2", lambda: 1200.0, dict(median_us=1000.0))]
+    lines = []
+    with pytest.raises(ProfilingError, match=r"kernels at 1\.010x.*2 of the folder's models end to end at 1\.250x"
+                                             r".*--no-end-to-end"):
+        check_host_speed(references, Kernels(), "llvm", models=slow_models, log=lines.append, retry_s=0.0)
+    assert sum("[check" in line for line in lines) == HOST_CHECK_TRIES
+    calm_models = [("m1", lambda: 101.0, dict(median_us=100.0)), ("m2", lambda: None, dict(median_us=1000.0))]
+    check = check_host_speed(references, Kernels(), "llvm", models=calm_models, log=lines.append)
+    assert not check.slow and check.summary("passed")["models"] == dict(models=1, ratio=1.01)  # (m2 failed: left out)
+    # with too few kernels to compare with, the models alone decide
+    check = check_host_speed([], Kernels(), "llvm", models=calm_models, log=lines.append)
+    assert check.summary("passed")["kernels"] == 0 and not check.slow
+
+
+def test_a_job_timing_models_on_a_host_that_runs_them_slow_is_refused(tmp_path):
+    """The job's own model, whose record launches the kernels its build launches now, is built and timed end to end
+    before the job times anything; mlp-base's record says 1000 us, it runs several times that."""
+    store, _units, record_us = _folder_with_calm_records(tmp_path / "p")
+    store.append(_model_record("mlp-base", 1000.0))
+    before = len(store.records())
+    lines = []
+    with pytest.raises(ProfilingError, match=r"1 of the folder's models end to end.*mlp-base 1e\+03 ->"):
+        profile_models([zoo.parse("mlp-base")], {"cpu": "llvm"}, store, copies=False, redo=["model"],
+                       timer=ScaledTimer(record_us, 1.0), progress=False, log=lines.append)
+    assert len(store.records()) == before
+    # without end-to-end timing the models are not checked
+    summary = profile_models([zoo.parse("mlp-base")], {"cpu": "llvm"}, store, copies=False, end_to_end=False,
+                             timer=ScaledTimer(record_us, 1.0), progress=False, log=lines.append)
+    assert "models" not in summary.get("host_check", {})

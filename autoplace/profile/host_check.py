@@ -43,6 +43,13 @@ HOST_CHECK_LIMIT = 1.05
 HOST_CHECK_US = (10.0, 5000.0)
 #: Times each kernel is timed (the fastest counts, as a record's fastest rounds do).
 HOST_CHECK_PASSES = 2
+#: Models a job that times models end to end times first against their records (fewer when the folder has fewer
+#: whose build is unchanged): on the Zen 4 (session 66) the host timed the folder's kernels at 1.01x their records
+#: and its models end to end at 1.04-1.77x (median 1.10; the cores apart by the sharing canary in 97% of its checks),
+#: and the models the re-profile timed then held out 29 of 36 within 15% against 35.
+HOST_CHECK_MODELS = 3
+#: Models whose record is within this range (us) are compared (a longer one costs seconds per check).
+HOST_CHECK_MODEL_US = (10.0, 20000.0)
 #: Zoo models whose kernels a job compares with when its own models give too few (an op family new to the
 #: folder): every committed CPU profile has them.
 REFERENCE_MODELS = ("cnn-base", "bert-base")
@@ -57,13 +64,16 @@ HOST_CHECK_RETRY_S = 20.0
 
 @dataclass
 class HostCheck:
-    """What a host check read: one row per kernel compared (``names``, ``record_us``, ``now_us``)."""
+    """What a host check read: one row per kernel compared (``names``, ``record_us``, ``now_us``), and with
+    ``models`` what the models' end-to-end check beside it read (a :class:`HostCheck` of ``what="models"``)."""
 
     names: list = field(default_factory=list)
     record_us: list = field(default_factory=list)
     now_us: list = field(default_factory=list)
     limit: float = HOST_CHECK_LIMIT
     checks: int = 1  # checks the job made to read this one (the calmest of them)
+    what: str = "kernels"
+    models: HostCheck | None = None
 
     @property
     def ratios(self) -> np.ndarray:
@@ -71,26 +81,42 @@ class HostCheck:
 
     @property
     def ratio(self) -> float:
-        """The median over the kernels of now / record (NaN when none was compared)."""
+        """The median over the kernels (or models) of now / record (NaN when none was compared)."""
         return float(np.median(self.ratios)) if self.names else float("nan")
 
     @property
-    def slow(self) -> bool:
+    def own_slow(self) -> bool:
         return bool(self.names) and self.ratio > self.limit
 
-    def describe(self) -> str:
+    @property
+    def slow(self) -> bool:
+        """Its kernels, or its models end to end, read over ``limit`` times their records."""
+        return self.own_slow or (self.models is not None and self.models.own_slow)
+
+    def _describe_own(self) -> str:
         if not self.names:
-            return "host check: no kernel of this folder to compare with"
+            return f"no {'kernel' if self.what == 'kernels' else 'model'} of this folder to compare with"
         r = self.ratios
         worst = np.argsort(-r)[:2]
-        return (f"host check: this host times {len(r)} of the folder's kernels at {self.ratio:.3f}x their records "
+        what = "kernels" if self.what == "kernels" else "models end to end"
+        return (f"this host times {len(r)} of the folder's {what} at {self.ratio:.3f}x their records "
                 f"(quartiles {np.quantile(r, 0.25):.2f}-{np.quantile(r, 0.75):.2f}, range {r.min():.2f}-{r.max():.2f}; "
                 + ", ".join(f"{self.names[i]} {self.record_us[i]:.3g} -> {self.now_us[i]:.3g} us" for i in worst)
                 + f"; limit {self.limit:.2f}x)")
 
+    def describe(self) -> str:
+        parts = [self._describe_own()] if self.names or self.models is None else []
+        if self.models is not None:
+            parts.append(self.models._describe_own())
+        return "host check: " + "; ".join(parts)
+
     def summary(self, decision: str) -> dict:
-        return dict(kernels=len(self.names), ratio=round(self.ratio, 4) if self.names else None,
-                    limit=self.limit, checks=self.checks, decision=decision)
+        out = dict(kernels=len(self.names), ratio=round(self.ratio, 4) if self.names else None,
+                   limit=self.limit, checks=self.checks, decision=decision)
+        if self.models is not None:
+            out["models"] = dict(models=len(self.models.names),
+                                 ratio=round(self.models.ratio, 4) if self.models.names else None)
+        return out
 
 
 def reference_kernels(newest: dict, units: dict, *, exclude=frozenset(), count: int = HOST_CHECK_KERNELS) -> list:
@@ -140,47 +166,105 @@ def time_references(references: list, timer, target, *, passes: int = HOST_CHECK
     return check
 
 
+def reference_models(newest: dict, candidates: dict, *, count: int = HOST_CHECK_MODELS) -> list:
+    """``[(tag, item, record)]``: up to ``count`` of ``candidates`` (``{("model", name, "llvm"): item}``, models
+    whose build launches the kernels of their record) whose end-to-end record in ``newest`` is confirmed
+    (:func:`~autoplace.profile.job.confirmed`), timed calm and within :data:`HOST_CHECK_MODEL_US`; evenly spread
+    over their record times."""
+    from .job import confirmed
+
+    low, high = HOST_CHECK_MODEL_US
+    picked = []
+    for tag, item in candidates.items():
+        record = newest.get(tag)
+        if record is None or not confirmed(record):
+            continue
+        slowdown = record.get("host_slowdown")
+        if slowdown is not None and np.isfinite(slowdown) and float(slowdown) > SLOW:
+            continue
+        if low <= float(record["median_us"]) <= high:
+            picked.append((tag, item, record))
+    picked.sort(key=lambda c: (float(c[2]["median_us"]), c[0][1]))
+    if len(picked) <= count:
+        return picked
+    return [picked[i] for i in np.unique(np.linspace(0, len(picked) - 1, count).round().astype(int))]
+
+
+def time_models(models: list, *, limit: float = HOST_CHECK_LIMIT) -> HostCheck:
+    """Time each of ``models`` (``[(name, time_us, record)]``: ``time_us()`` times the model built on the CPU end to
+    end, None when it fails) once against its record's ``median_us``."""
+    check = HostCheck(limit=limit, what="models")
+    for name, time_us, record in models:
+        now = time_us()
+        if now is not None and np.isfinite(now):
+            check.names.append(name)
+            check.record_us.append(float(record["median_us"]))
+            check.now_us.append(float(now))
+    return check
+
+
 def check_host_speed(references: list, timer, target, *, mode: str = "refuse", limit: float = HOST_CHECK_LIMIT,
-                     log=print, folder: str = "", tries: int | None = None, retry_s: float | None = None,
-                     sleep=time.sleep) -> HostCheck | None:
+                     log=print, folder: str = "", models: list = (), tries: int | None = None,
+                     retry_s: float | None = None, sleep=time.sleep) -> HostCheck | None:
     """Run the host check of a profiling job (module docstring) and act on it by ``mode``; returns what it read
     (the calmest of up to ``tries`` checks, ``retry_s`` apart: :data:`HOST_CHECK_TRIES`, :data:`HOST_CHECK_RETRY_S`),
-    None with ``mode="off"`` or too few kernels to compare with."""
+    None with ``mode="off"`` or nothing to compare with. ``models`` (``[(name, time_us, record)]``,
+    :func:`reference_models`) are timed end to end in each check too, and read apart: a host can time kernels
+    alone as fast as their records and whole models slower (the cores apart, :mod:`.host_speed`)."""
     if mode not in MODES:
         raise ProfilingError(f"host_check={mode!r}: give one of {', '.join(MODES)} (e.g. --host-check warn)")
     if mode == "off":
         return None
-    if len(references) < MIN_HOST_CHECK_KERNELS:
-        log(f"host check: skipped, {folder or 'the folder'} has {len(references)} confirmed calm CPU kernels of "
+    with_kernels = len(references) >= MIN_HOST_CHECK_KERNELS
+    if not with_kernels:
+        log(f"host check: kernels skipped, {folder or 'the folder'} has {len(references)} confirmed calm CPU kernels "
+            f"of these models or of {', '.join(REFERENCE_MODELS)} to compare with (it needs {MIN_HOST_CHECK_KERNELS})"
+            if models else
+            f"host check: skipped, {folder or 'the folder'} has {len(references)} confirmed calm CPU kernels of "
             f"these models or of {', '.join(REFERENCE_MODELS)} to compare with (it needs {MIN_HOST_CHECK_KERNELS})")
-        return None
+        if not models:
+            return None
     # (warn times anyway, whatever a second check reads)
     tries = 1 if mode == "warn" else HOST_CHECK_TRIES if tries is None else max(1, int(tries))
     retry_s = HOST_CHECK_RETRY_S if retry_s is None else retry_s
-    check = None
+    kernels = models_read = None  # the calmest reading of each so far
     for attempt in range(1, tries + 1):
-        reading = time_references(references, timer, target, limit=limit)
-        if len(reading.names) < MIN_HOST_CHECK_KERNELS:
-            log(f"host check: skipped, only {len(reading.names)} of {len(references)} kernels ran")
-            return None
-        log(reading.describe() + (f" [check {attempt} of {tries}]" if tries > 1 else ""))
-        if check is None or reading.ratio < check.ratio:
-            check = reading
-        check.checks = attempt
+        if with_kernels:
+            reading = time_references(references, timer, target, limit=limit)
+            if len(reading.names) < MIN_HOST_CHECK_KERNELS:
+                log(f"host check: kernels skipped, only {len(reading.names)} of {len(references)} ran")
+                with_kernels = False
+                if not models:
+                    return None
+            elif kernels is None or reading.ratio < kernels.ratio:
+                kernels = reading
+        if models:
+            reading = time_models(models, limit=limit)
+            if models_read is None or (reading.names and not (reading.ratio >= models_read.ratio)):
+                models_read = reading
+        check = kernels if with_kernels else HostCheck(limit=limit)
+        check.models, check.checks = models_read, attempt
+        log(check.describe() + (f" [check {attempt} of {tries}]" if tries > 1 else ""))
         if not check.slow:
             break
         if attempt < tries:
             log(f"host check: over {limit:.2f}x; reading again in {retry_s:.0f} s")
             sleep(retry_s)
     if check.slow and mode == "refuse":
+        only_models = not check.own_slow
         raise ProfilingError(
-            f"{check.describe()}{f' at the calmest of {tries} checks {retry_s:.0f} s apart' if tries > 1 else ''}. "
-            f"Records timed now would price their kernels about {check.ratio - 1:.0%} slow "
-            "beside the folder's, and the cost model would learn the difference as the kernels' own. Nothing was "
-            "timed. Run the job again at a calmer moment (this check runs first each time), or time anyway with "
-            "--host-check warn (host_check=\"warn\"; each CPU kernel record then carries host_check_ratio), or give a "
-            "new --dir for a profile of this host as it is now")
+            f"{check.describe()}{f', the calmest of {tries} checks {retry_s:.0f} s apart' if tries > 1 else ''}. "
+            + ("Models timed end to end now would read that much slow beside the kernels' records, and the cost "
+               "model's evaluation and VM overhead would take it for error. "
+               if only_models else
+               f"Records timed now would price their kernels about {check.ratio - 1:.0%} slow beside the folder's, "
+               "and the cost model would learn the difference as the kernels' own. ")
+            + "Nothing was timed. Run the job again at a calmer moment (this check runs first each time), "
+            + ("time only the kernels now with --no-end-to-end (they read as fast as their records), "
+               if only_models and check.names else "")
+            + "or time anyway with --host-check warn (host_check=\"warn\"; each CPU kernel record then carries "
+            "host_check_ratio), or give a new --dir for a profile of this host as it is now")
     if check.slow:
-        log(f"host check: over {limit:.2f}x, timing anyway (--host-check warn): the new CPU kernel records carry "
-            f"host_check_ratio={check.ratio:.3f}")
+        log(f"host check: over {limit:.2f}x, timing anyway (--host-check warn)"
+            + (f": the new CPU kernel records carry host_check_ratio={check.ratio:.3f}" if check.own_slow else ""))
     return check

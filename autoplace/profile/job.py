@@ -41,10 +41,12 @@ from .copies import DEFAULT_COPY_SIZES, fit_copy_cost, measure_copies, measure_l
 from .hardware import measured_by
 from .host_check import (
     HOST_CHECK_LIMIT,
+    HOST_CHECK_MODELS,
     MIN_HOST_CHECK_KERNELS,
     REFERENCE_MODELS,
     check_host_speed,
     reference_kernels,
+    reference_models,
 )
 from .host_check import (
     MODES as HOST_CHECK_MODES,
@@ -897,15 +899,17 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
             before = ({tag: r for tag, r in store.newest_good().items() if tag in seen and tag[0] == "unit"}
                       if "unit" in redo else {})
             timing_cpu = "llvm" in kinds and bool(todo or model_runs or max_rounds > 1)
+            kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
             if host_check != "off" and any(item[4] == "llvm" for item in todo + model_runs):
+                timing_models = any(kind == "llvm" for *_, kind in model_runs)
                 checked = _check_host(newest, seen, recompiled, targets, kinds, timer, store, mode=host_check,
-                                      limit=host_check_limit, log=log)
+                                      limit=host_check_limit, log=log, extracted=extracted, kept=kept,
+                                      launches_now=launches_now if timing_models else None)
             speed = HostSpeed.for_records(store.records(), canary_records) if timing_cpu else None
-            if speed is not None and checked is not None and checked.slow:
+            if speed is not None and checked is not None and checked.own_slow:
                 speed.host_check_ratio = round(checked.ratio, 4)
             measured, failed = _measure_units(todo, timer, targets, kinds, store, progress, keep=max_rounds > 1,
                                               speed=speed, continued=continued)
-            kept = _KeptBuilds(budget_bytes=_kept_builds_budget() if max_rounds > 1 else 0)
             for model, graph, units, tname, kind in tqdm(model_runs, desc="end to end", unit="model",
                                                          disable=not progress):
                 placement, inputs = kept.get(model, graph, targets, tname)
@@ -950,30 +954,78 @@ def _profile_extracted(extracted, targets, kinds, runnable, store, *, copies, en
 
 
 def _check_host(newest: dict, seen: dict, recompiled: set, targets, kinds: dict, timer: KernelTimer,
-                store: ProfileStore, *, mode: str, limit: float, log):
+                store: ProfileStore, *, mode: str, limit: float, log, extracted=(), launches_now=None, kept=None):
     """The job's host check (:func:`~autoplace.profile.host_check.check_host_speed`) on the CPU kernels of its
     models that the folder has (``seen``: ``{tag: Unit}``; not ``recompiled`` ones, whose code changed), topped up
     with those of :data:`~autoplace.profile.host_check.REFERENCE_MODELS` when they are too few and the folder
-    has enough of any."""
+    has enough of any. With ``launches_now`` (``{model tag: [kernel keys]}`` of a job that times models end to
+    end) it times models end to end too: the job's (``extracted``) and the reference models whose record launches
+    the kernels their build launches now (built with ``kept``, :class:`_KeptBuilds`)."""
+    from .. import zoo
+
+    loaded: dict = {}
+
+    def reference(name):  # [(model, graph, {kind: [Unit]})] of a reference model, [] when it cannot be loaded
+        if name not in loaded:
+            try:  # (a zoo model needs the frontends' extras; without them the check has fewer kernels)
+                loaded[name] = extract_models([(name, zoo.parse(name))], targets, {"llvm": kinds["llvm"]})
+            except (ImportError, AutoplaceError) as err:
+                log(f"host check: reference model {name} not loaded ({type(err).__name__}: {str(err)[:120]})")
+                loaded[name] = []
+        return loaded[name]
+
     references = reference_kernels(newest, seen, exclude=recompiled)
     if len(references) < MIN_HOST_CHECK_KERNELS and sum(  # (the folder has enough calm kernels for a check at all)
             1 for tag, r in newest.items() if tag[0] == "unit" and tag[2] == "llvm" and confirmed(r)
     ) >= MIN_HOST_CHECK_KERNELS:
-        from .. import zoo
-
         extra = {}
         for name in REFERENCE_MODELS:
-            try:  # (a zoo model needs the frontends' extras; without them the check has fewer kernels)
-                extracted = extract_models([(name, zoo.parse(name))], targets, {"llvm": kinds["llvm"]})
-            except (ImportError, AutoplaceError) as err:
-                log(f"host check: reference model {name} not loaded ({type(err).__name__}: {str(err)[:120]})")
-                continue
-            for _, _, by_kind in extracted:
+            for _, _, by_kind in reference(name):
                 extra.update({("unit", u.key, "llvm"): u for u in by_kind["llvm"]})
         references = reference_kernels(newest, {**extra, **seen}, exclude=recompiled)
+    models = []
+    if launches_now is not None:
+        changed_keys = {tag[1] for tag in recompiled}
+
+        def current(tag, keys):  # the record launches what the build launches now, none of it recompiled
+            record = newest.get(tag)
+            return (record is not None and list(record.get("unit_keys") or ()) == list(keys)
+                    and not changed_keys & set(keys))
+
+        candidates = {}
+        for model, graph, by_kind in extracted:
+            tag = ("model", model.name, "llvm")
+            if "llvm" in by_kind and current(tag, launches_now.get(tag, ())):
+                candidates[tag] = (model, graph)
+        if len(candidates) < HOST_CHECK_MODELS:
+            for name in REFERENCE_MODELS:
+                if ("model", name, "llvm") in candidates or ("model", name, "llvm") not in newest:
+                    continue
+                for model, graph, by_kind in reference(name):
+                    if current(("model", model.name, "llvm"), [u.key for u in by_kind.get("llvm", ())]):
+                        candidates[("model", model.name, "llvm")] = (model, graph)
+        for tag, (model, graph), record in reference_models(newest, candidates):
+            models.append((model.name, _end_to_end_timer(model, graph, targets, kinds["llvm"], kept), record))
     timer.check_harness()
     return check_host_speed(references, timer, targets[kinds["llvm"]].target, mode=mode, limit=limit, log=log,
-                            folder=store.path)
+                            folder=store.path, models=models)
+
+
+def _end_to_end_timer(model, graph, targets, name: str, kept):
+    """``time_us()``: the model built on target ``name`` (once, at the first call) timed end to end
+    (:func:`time_end_to_end`, no canary), its median in us; None when it cannot be built or run."""
+    build = {}
+
+    def time_us():
+        try:
+            if "placement" not in build:
+                build["placement"], build["inputs"] = kept.get(model, graph, targets, name)
+            timing = time_end_to_end(build["placement"].runner, build["inputs"], "llvm")
+        except Exception:  # (a model that does not build is left out of the check, as a kernel that fails is)
+            return None
+        return float(timing["median_us"]) if timing.get("status") == "ok" else None
+
+    return time_us
 
 
 def _check_folder_is_this_machine(store: ProfileStore) -> None:
