@@ -611,12 +611,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after --rounds, time again (up to this many rounds in all) only the kernels and models "
                         "whose fastest round no other round confirms within 10%%: a host slow in phases")
     p.add_argument("--host-check", choices=["refuse", "warn", "off"], default="refuse",
-                   help="before timing, time a dozen of the folder's own CPU kernels against their records: refuse "
-                        "(default) stops before anything is timed when they read over --host-check-limit, warn "
-                        "times anyway (records carry host_check_ratio), off skips it")
+                   help="before timing, time a dozen of the folder's own CPU kernels (and, for a job that times "
+                        "models end to end, up to 3 models) against their records: refuse (default) stops before "
+                        "anything is timed when the calmest of 3 checks 20 s apart reads over --host-check-limit, "
+                        "warn times anyway (records carry host_check_ratio), off skips it")
     p.add_argument("--host-check-limit", type=_ratio_at_least_one, default=1.05, metavar="RATIO",
-                   help="how many times their records the folder's kernels may read (median) before the host "
-                        "counts as slow (default 1.05)")
+                   help="how many times their records the folder's kernels, or its models, may read (median) "
+                        "before the host counts as slow (default 1.05)")
     p.add_argument("--no-copies", action="store_true")
     p.add_argument("--no-end-to-end", action="store_true",
                    help="skip timing each model whole (kernels only; the cost-model evaluation needs it)")

@@ -8,7 +8,10 @@ AMD Zen 5 (session 64) two re-profiles made on such a host held out 33 and 35 of
 before (resnet-base +7.4% -> +17.9%), while the host timed the folder's own kernels 1.06-1.42x their records
 (``experiments/slow_host_ratios.py``) and the canary read 1.2-1.36x, not tracking it. The canary is one matmul;
 this check times what the job's records will be compared with: a dozen of the folder's kernels, spread over
-their sizes, twice each, and compares the faster reading with the record's. A host whose speed moves by the
+their sizes, twice each, and compares the faster reading with the record's. A job that times models end to end
+also times up to :data:`HOST_CHECK_MODELS` models whose record launches the kernels their build launches now, and
+reads them apart: a host can run kernels alone as fast as their records and whole models slower (the Zen 4,
+session 66: kernels 1.01x, models 1.04-1.77x, the two vCPUs apart by the sharing canary, :mod:`.host_speed`). A host whose speed moves by the
 minute reads over the limit at some moments and under it at others (the Zen 4, session 66: ten checks against
 records 10-40 minutes old read 0.97-1.16x, five of them over 1.05x), as a record's rounds do; the check reads
 again up to :data:`HOST_CHECK_TRIES` times, :data:`HOST_CHECK_RETRY_S` apart, and the calmest reading decides, as
