@@ -128,19 +128,27 @@ def reference_kernels(newest: dict, units: dict, *, exclude=frozenset(), count: 
     round, timed calm (``host_slowdown`` at most :data:`~autoplace.profile.host_speed.SLOW`), within
     :data:`HOST_CHECK_US`, not in ``exclude`` (kernels whose code changed since their record); evenly spread
     over their record times."""
+    return _calm_records_spread(newest, {tag: unit for tag, unit in units.items()
+                                         if tag[2] == "llvm" and tag not in exclude}, HOST_CHECK_US, count)
+
+
+def _calm_records_spread(newest: dict, items: dict, within_us: tuple, count: int) -> list:
+    """``[(tag, item, record)]``: up to ``count`` of ``items`` (``{tag: item}``) whose record in ``newest`` is
+    confirmed (:func:`~autoplace.profile.job.confirmed`), timed calm (``host_slowdown`` at most
+    :data:`~autoplace.profile.host_speed.SLOW`) and within ``within_us``; evenly spread over their record times."""
     from .job import confirmed
 
-    low, high = HOST_CHECK_US
+    low, high = within_us
     candidates = []
-    for tag, unit in units.items():
+    for tag, item in items.items():
         record = newest.get(tag)
-        if tag[2] != "llvm" or record is None or tag in exclude or not confirmed(record):
+        if record is None or not confirmed(record):
             continue
         slowdown = record.get("host_slowdown")
         if slowdown is not None and np.isfinite(slowdown) and float(slowdown) > SLOW:
             continue
         if low <= float(record["median_us"]) <= high:
-            candidates.append((tag, unit, record))
+            candidates.append((tag, item, record))
     candidates.sort(key=lambda c: (float(c[2]["median_us"]), c[0][1]))
     if len(candidates) <= count:
         return candidates
@@ -174,23 +182,7 @@ def reference_models(newest: dict, candidates: dict, *, count: int = HOST_CHECK_
     whose build launches the kernels of their record) whose end-to-end record in ``newest`` is confirmed
     (:func:`~autoplace.profile.job.confirmed`), timed calm and within :data:`HOST_CHECK_MODEL_US`; evenly spread
     over their record times."""
-    from .job import confirmed
-
-    low, high = HOST_CHECK_MODEL_US
-    picked = []
-    for tag, item in candidates.items():
-        record = newest.get(tag)
-        if record is None or not confirmed(record):
-            continue
-        slowdown = record.get("host_slowdown")
-        if slowdown is not None and np.isfinite(slowdown) and float(slowdown) > SLOW:
-            continue
-        if low <= float(record["median_us"]) <= high:
-            picked.append((tag, item, record))
-    picked.sort(key=lambda c: (float(c[2]["median_us"]), c[0][1]))
-    if len(picked) <= count:
-        return picked
-    return [picked[i] for i in np.unique(np.linspace(0, len(picked) - 1, count).round().astype(int))]
+    return _calm_records_spread(newest, candidates, HOST_CHECK_MODEL_US, count)
 
 
 def time_models(models: list, *, limit: float = HOST_CHECK_LIMIT) -> HostCheck:
