@@ -508,8 +508,10 @@ def host_state_warning(store: ProfileStore, model_tags: set) -> str:
     if 1 / HOST_STATE_TOLERANCE <= ratio <= HOST_STATE_TOLERANCE:
         return ""
     return (f"host state: these models were timed at {np.median(models):.2f}x the fastest canary, the folder's "
-            f"CPU kernels at {np.median(kernels):.2f}x, so their end-to-end records read about {ratio - 1:+.0%} "
-            "off the kernels' sums; time them again when the host runs as it did for the kernels "
+            f"CPU kernels at {np.median(kernels):.2f}x: by the canaries their end-to-end records may read up to "
+            f"{ratio - 1:+.0%} off the kernels' sums (a canary's reading, not a timing; with the cores apart it can "
+            "overstate: 2.7x on the Zen 4 where its models ran 1.04-1.77x their records); time them again when the "
+            "host runs as it did for the kernels "
             "(--redo model), or time the kernels again with them (--redo unit model)")
 
 
