@@ -224,7 +224,8 @@ def check_host_speed(references: list, timer, target, *, mode: str = "refuse", l
     retry_s = HOST_CHECK_RETRY_S if retry_s is None else retry_s
     kernels = models_read = None  # the calmest reading of each so far
     for attempt in range(1, tries + 1):
-        if with_kernels:
+        # (what already read calm is not timed again: a retry is for what read slow)
+        if with_kernels and (kernels is None or kernels.own_slow):
             reading = time_references(references, timer, target, limit=limit)
             if len(reading.names) < MIN_HOST_CHECK_KERNELS:
                 log(f"host check: kernels skipped, only {len(reading.names)} of {len(references)} ran")
@@ -233,9 +234,9 @@ def check_host_speed(references: list, timer, target, *, mode: str = "refuse", l
                     return None
             elif kernels is None or reading.ratio < kernels.ratio:
                 kernels = reading
-        if models:
+        if models and (models_read is None or not models_read.names or models_read.own_slow):
             reading = time_models(models, limit=limit)
-            if models_read is None or (reading.names and not (reading.ratio >= models_read.ratio)):
+            if models_read is None or not models_read.names or (reading.names and reading.ratio < models_read.ratio):
                 models_read = reading
         check = kernels if with_kernels else HostCheck(limit=limit)
         check.models, check.checks = models_read, attempt
