@@ -1006,7 +1006,7 @@ def _check_host(newest: dict, seen: dict, recompiled: set, targets, kinds: dict,
                 for model, graph, by_kind in reference(name):
                     if current(("model", model.name, "llvm"), [u.key for u in by_kind.get("llvm", ())]):
                         candidates[("model", model.name, "llvm")] = (model, graph)
-        for tag, (model, graph), record in reference_models(newest, candidates):
+        for _tag, (model, graph), record in reference_models(newest, candidates):
             models.append((model.name, _end_to_end_timer(model, graph, targets, kinds["llvm"], kept), record))
     timer.check_harness()
     return check_host_speed(references, timer, targets[kinds["llvm"]].target, mode=mode, limit=limit, log=log,
