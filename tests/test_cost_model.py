@@ -237,9 +237,12 @@ def test_schedule_features_of_a_dot_product_describe_its_lanes_not_a_register_ti
     assert now["sched_lane_use_512"] == 0.5 and now["sched_lane_use_256"] == 1.0 and now["sched_rows_512"] == 1.0
     before = _schedule_features({**head, "cpu_schedule": 14}, 32)  # timed when it ran one lane at a time
     assert before["sched_lane_use_512"] == 1 / 16
-    # a 2x2 map keeps its register tile of 2-lane rows; a matmul by one column is a dot product
-    assert _schedule_features({**head, "anchor_input_shapes": [[1, 160, 2, 2], [1280, 160, 1, 1]]}, 32)[
-        "sched_lane_use_512"] == 2 / 16
+    # a 2x2 map timed before version 16 ran a register tile of 2-lane rows; since, dot products in 16 lanes, 4 channels
+    # x 4 positions a tile (8 vector loads for 16 multiply-adds); a matmul by one column is a dot product
+    tiny = {**head, "anchor_input_shapes": [[1, 160, 2, 2], [1280, 160, 1, 1]]}
+    assert _schedule_features({**tiny, "cpu_schedule": 15}, 32)["sched_lane_use_512"] == 2 / 16
+    lanes = _schedule_features(tiny, 32)
+    assert lanes["sched_lane_use_512"] == 1.0 and lanes["sched_loads_512"] == 0.5 and lanes["sched_rows_512"] == 16
     column = dict(target="llvm", anchor_op="relax.matmul", anchor_input_shapes=[[6, 300], [300, 1]])
     assert _schedule_features(column, 32)["sched_rows_512"] == 1.0
     assert now["sched_v_stride"] == 1.0

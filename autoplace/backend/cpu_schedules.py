@@ -20,6 +20,10 @@ schedule never makes a build fail.
     (registers once unrolled) over the whole reduction, tiles in one parallel loop, the elementwise
     epilogue (bias, ReLU, GELU, residual add...) applied to the tile as it is stored. A matrix operand
     with rows 1 KiB or more apart is first copied panel by panel (packed) into contiguous memory.
+``ConvLanes``
+    a convolution whose output map has 4 elements a channel or fewer (2x2 maps), legalized as dot products along
+    its input channels and taps: output channels x map positions a tile, 16 partial sums each in a register, added
+    up as the tile is stored with its epilogue.
 ``dlight.cpu.GEMV``
     TVM's own rule for matrix-vector products that read the matrix along the reduction.
 ``RowReduction``
@@ -39,8 +43,8 @@ few tiles need a predicate). :func:`cpu_target` gives an ``llvm`` target without
 machine's CPU: without it LLVM emits SSE2 only (no AVX, no FMA). :func:`cpu_legalize_map` legalizes
 exp, softmax, sigmoid, SiLU, erf, GELU and tanh as polynomials that stay in vector registers (LLVM
 calls ``expf`` / ``erff`` once per lane otherwise), a stride-1 convolution whose rows no vector divides
-over its flattened map (``Contraction`` then tiles it as a matmul's columns), and a global average pool
-as a mean.
+over its flattened map (``Contraction`` then tiles it as a matmul's columns), a convolution onto a 2x2 map
+as dot products (``ConvLanes``), and a global average pool as a mean.
 """
 
 from __future__ import annotations
@@ -109,7 +113,10 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 15: contractions of one output element a row whose reduction has one loop longer than 1 (1x1 convolutions over
 #:    1x1 maps: MobileNet heads, squeeze-excitation; matmuls by one column) accumulated along the reduction in
 #:    vector lanes by :class:`DotProduct` (:data:`UNIT_ROW_DOT_PRODUCTS`; were one scalar multiply-add at a time).
-SCHEDULE_VERSION = 15
+#: 16: convolutions whose output map has 4 elements a channel or fewer (2x2 maps: a ResNet's and MobileNetV2's last
+#:    stage) as dot products along the reduction in 16 lanes, an output-channel x map-position tile of partial sums
+#:    in registers (:data:`TINY_MAP_LANES_CONV`, :class:`ConvLanes`; were vectors of the 2-wide output row).
+SCHEDULE_VERSION = 16
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -440,6 +447,107 @@ def _te_conv2d_flat(data, kernel, padding):
     return te.compute((n, c_out, ho, wo), lambda b, o, y, x: out[b, o, y * wp + x], name="conv2d_nchw")
 
 
+#: Legalize a convolution whose output map has :data:`TINY_MAP_MAX_OUTPUTS` elements a channel or fewer (the 2x2 maps
+#: of a ResNet's or MobileNetV2's last stage) as dot products along its reduction (:func:`_te_conv2d_lanes`, schedule
+#: version 16): :class:`ConvLanes` accumulates each output channel and map position in :data:`CONV_LANES` lanes over
+#: the input channels and taps, where :class:`Contraction` (vectors along the output row) used 2 of AVX-512's 16 lanes;
+#: False: as before (``experiments/tiny_map_convs.py`` compares the two).
+TINY_MAP_LANES_CONV = True
+#: Output elements a channel up to which a convolution is a dot product per output (2x2, 1x4 and smaller maps;
+#: 4x4 maps ran 0.75-1.4x as fast as the row vectors, 8x8 maps 0.3x: session 67's prototype on the Zen 5).
+TINY_MAP_MAX_OUTPUTS = 4
+#: Lanes each output accumulates in: AVX-512's 16 float32 (two registers on AVX2; :class:`ConvLanes` then holds fewer
+#: output channels a tile). The reduction (input channels x taps) must be a multiple of it.
+CONV_LANES = 16
+#: Vector steps along the reduction an output needs at least (a shorter one adds its lanes up for little work).
+CONV_LANES_MIN_STEPS = 4
+
+
+def _conv_out_map(call) -> tuple[int, int] | None:
+    """The output map ``(Ho, Wo)`` of a conv2d call with static shapes, or None."""
+    data, kernel = call.args
+    x_shape, w_shape = _static_shape(data), _static_shape(kernel)
+    if x_shape is None or w_shape is None or len(x_shape) != 4 or len(w_shape) != 4:
+        return None
+    top, left, bottom, right = _padding4(call.attrs.padding)
+    sy, sx = (int(v) for v in call.attrs.strides)
+    return ((x_shape[2] + top + bottom - w_shape[2]) // sy + 1, (x_shape[3] + left + right - w_shape[3]) // sx + 1)
+
+
+def _tiny_map_conv(call) -> bool:
+    """A float32 NCHW / OIHW conv2d with one group, dilation 1 and static shapes whose output map has 2 to
+    :data:`TINY_MAP_MAX_OUTPUTS` elements a channel and whose reduction (input channels x taps) is a multiple of
+    :data:`CONV_LANES` at least :data:`CONV_LANES_MIN_STEPS` times (:data:`TINY_MAP_LANES_CONV`)."""
+    attrs = call.attrs
+    data, kernel = call.args
+    out_map = _conv_out_map(call)
+    if out_map is None:
+        return False
+    return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
+            and str(attrs.out_layout) == "NCHW" and int(attrs.groups) == 1
+            and [int(v) for v in attrs.dilation] == [1, 1]
+            and str(data.ty.dtype) == str(kernel.ty.dtype) == "float32"
+            and str(attrs.out_dtype) in ("", "None", "void", "float32")
+            and conv_lanes_apply(math.prod(_static_shape(kernel)[1:]), out_map[0] * out_map[1]))
+
+
+def conv_lanes_apply(reduction: int, positions: int) -> bool:
+    """Whether a one-group float32 convolution reducing over ``reduction`` elements an output (input channels x
+    taps) with ``positions`` output elements a channel is :func:`_te_conv2d_lanes`'s (:func:`_tiny_map_conv`)."""
+    return (TINY_MAP_LANES_CONV and 2 <= positions <= TINY_MAP_MAX_OUTPUTS
+            and reduction % CONV_LANES == 0 and reduction // CONV_LANES >= CONV_LANES_MIN_STEPS)
+
+
+def conv_lanes_tile(c_out: int, positions: int, bits: int) -> tuple[int, int]:
+    """``(uo, up)``: output channels and map positions of a :class:`ConvLanes` tile on ``bits``-wide vectors. All
+    positions; the most channels up to 4 that divide ``c_out`` whose ``uo x up`` vectors of :data:`CONV_LANES`
+    partial sums fit the accumulator budget, with one weight vector per channel and an input vector beside them in
+    the registers (AVX-512: 4 x 4 in 16 of 32 registers; AVX2, two registers a vector: 1 x 4)."""
+    max_lanes = max(bits // 32, 1)
+    regs = -(-CONV_LANES // max_lanes)
+    budget, registers = _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16)
+    fits = [d for d in _divisors(c_out, 4)
+            if d * positions * regs <= budget and (d * positions + d + 1) * regs <= registers]
+    return max(fits or [1]), positions
+
+
+def _te_conv2d_lanes(data, kernel, strides, padding):
+    """A convolution as one dot product per output element, along its reduction in :data:`CONV_LANES` lanes.
+
+    The reduction runs over ``k = (c, dy, dx)``, along which the OIHW weights of an output channel lie contiguous;
+    the input is copied once a call into ``im2col[b, y, x, k]`` (the padded input at the taps of output ``(y, x)``:
+    a few KiB for a 2x2 map), contiguous along ``k`` too. ``conv2d_lanes`` keeps :data:`CONV_LANES` partial sums per
+    output (lane ``l`` sums ``k = l, l + L, ...``); ``conv2d_nchw`` adds them up. :class:`ConvLanes` tiles the output
+    channels by the map positions, every partial sum in a register."""
+    n, c_in, h, w = (int(v) for v in data.shape)
+    c_out, _, kh, kw = (int(v) for v in kernel.shape)
+    top, left, bottom, right = padding
+    sy, sx = strides
+    ho, wo = (h + top + bottom - kh) // sy + 1, (w + left + right - kw) // sx + 1
+    taps, lanes = kh * kw, CONV_LANES
+    source = data
+    if any(padding):
+        zero = tirx.const(0.0, data.dtype)
+        source = te.compute(
+            (n, c_in, h + top + bottom, w + left + right),
+            lambda b, c, i, j: tirx.if_then_else(
+                tirx.all(i >= top, i < h + top, j >= left, j < w + left),
+                data[b, c, tirx.max(tirx.min(i - top, h - 1), 0), tirx.max(tirx.min(j - left, w - 1), 0)], zero),
+            name="pad_temp")
+    im2col = te.compute((n, ho, wo, c_in * taps), lambda b, y, x, k: source[
+        b, k // taps, y * sy + k % taps // kw, x * sx + k % kw], name="im2col")
+    ko = te.reduce_axis((0, c_in * taps // lanes), name="ko")
+
+    def weight(o, k):
+        return kernel[o, k // taps, k % taps // kw, k % kw]
+
+    partial = te.compute((n, c_out, ho, wo, lanes), lambda b, o, y, x, l: te.sum(
+        weight(o, ko * lanes + l) * im2col[b, y, x, ko * lanes + l], axis=ko), name="conv2d_lanes")
+    rl = te.reduce_axis((0, lanes), name="rl")
+    return te.compute((n, c_out, ho, wo), lambda b, o, y, x: te.sum(partial[b, o, y, x, rl], axis=rl),
+                      name="conv2d_nchw")
+
+
 #: Legalize ``adaptive_avg_pool2d`` to 1x1 as a mean (schedule version 9); False: TVM's scalar adaptive pool, as
 #: before (``experiments/conv_rows.py`` compares the two).
 GLOBAL_POOL_AS_MEAN = True
@@ -515,10 +623,18 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
     if GLOBAL_POOL_AS_MEAN:
         shaped["relax.nn.adaptive_avg_pool2d"] = legalized("relax.nn.adaptive_avg_pool2d", _global_avg_pool,
                                                            lambda call: _te_global_avg_pool, "adaptive_pool_avg")
-    if FLATTEN_ODD_ROW_CONV:
+    if FLATTEN_ODD_ROW_CONV or TINY_MAP_LANES_CONV:
+        def lanes_or_flat(call):
+            if TINY_MAP_LANES_CONV and _tiny_map_conv(call):
+                strides = tuple(int(v) for v in call.attrs.strides)
+                return lambda data, kernel: _te_conv2d_lanes(data, kernel, strides, _padding4(call.attrs.padding))
+            return lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding))
+
         shaped["relax.nn.conv2d"] = legalized(
-            "relax.nn.conv2d", _flattenable_conv,
-            lambda call: lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding)), "conv2d")
+            "relax.nn.conv2d",
+            lambda call: ((TINY_MAP_LANES_CONV and _tiny_map_conv(call))
+                          or (FLATTEN_ODD_ROW_CONV and _flattenable_conv(call))),
+            lanes_or_flat, "conv2d")
     return {
         **shaped,
         "relax.exp": override("relax.exp", lambda call: _te_exp, "exp"),
@@ -1504,6 +1620,68 @@ class DotProduct(RowReduction):
         return super().apply(func, target, _tunable)
 
 
+class ConvLanes(CPUScheduleRule):
+    """A convolution legalized as dot products per output (:func:`_te_conv2d_lanes`: blocks ``im2col``,
+    ``conv2d_lanes``, ``conv2d_nchw``). A tile of ``uo`` output channels by ``up`` map positions (all of a 2x2
+    map's 4) accumulates ``uo x up`` vectors of :data:`CONV_LANES` partial sums in registers along the reduction,
+    each weight vector read once for the ``up`` positions, each input vector once for the ``uo`` channels; the
+    tile adds its lanes up and applies the elementwise epilogue (bias, residual add, ReLU) as it stores. Tiles run
+    in parallel where the work pays for a second thread; the padded input and ``im2col`` are their own vectorised
+    blocks."""
+
+    def apply(self, func, target, _tunable):
+        if not TINY_MAP_LANES_CONV or not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(_root(sch))
+        names = [str(sch.get(b).name_hint) for b in blocks]
+        if "conv2d_lanes" not in names or "im2col" not in names:
+            return None
+        at = names.index("conv2d_lanes")
+        part, lane_sum = blocks[at], blocks[at + 1]
+        if len(sch.get_consumers(part)) != 1 or str(sch.get(lane_sum).name_hint) != "conv2d_nchw":
+            return None
+        bits = vector_bits(target)
+        max_lanes = max(bits // 32, 1)
+        b, o, y, x, lane, ko = sch.get_loops(part)
+        uo, up = conv_lanes_tile(_extent(sch, o), _extent(sch, y) * _extent(sch, x), bits)
+        c_out, positions = _extent(sch, o), up
+        p = sch.fuse(y, x)
+        oo, oi = sch.split(o, factors=[None, uo])
+        po, pi = sch.split(p, factors=[None, up])
+        sch.reorder(b, oo, po, ko, oi, pi, lane)
+        # the lane sums and the epilogue per tile; an epilogue writing past the output (a fused padding) at the root
+        out_shape = [int(v) for v in sch.get(lane_sum).writes[0].source.shape]
+        sch.reverse_compute_at(lane_sum, po, preserve_unit_loops=True)
+        tiled = [lane_sum]
+        at_root = []
+        for block in blocks[at + 2:]:
+            stmt = sch.get(block)
+            if (_has_if_then_else(stmt) or [int(v) for v in stmt.writes[0].source.shape] != out_shape
+                    or not _attempt(sch.reverse_compute_at, block, po, preserve_unit_loops=True)):
+                at_root.append(block)
+            else:
+                tiled.append(block)
+        sch.set_scope(part, 0, "local")
+        fused = sch.fuse(b, oo, po)
+        work = c_out * positions * CONV_LANES * (_extent(sch, ko) or 1)
+        if work >= PARALLEL_MIN_WORK["contraction"] and (_extent(sch, fused) or 0) > 1:
+            sch.parallel(fused)
+        sch.vectorize(lane)
+        sch.unroll(oi)
+        sch.unroll(pi)
+        init = sch.decompose_reduction(part, ko)
+        sch.vectorize(sch.get_loops(init)[-1])
+        for block in tiled:  # unrolled: the partial sums are then registers, not a stack array
+            for loop in sch.get_loops(block)[1:]:
+                sch.unroll(loop)
+        for block in at_root:
+            _schedule_injective_block(sch, block, max_lanes)
+        for block in blocks[:at]:  # the padded input, im2col
+            _schedule_injective_block(sch, block, max_lanes)
+        return sch
+
+
 class Injective(CPUScheduleRule):
     """Elementwise / broadcast / layout kernels: inline what can be, then parallel + vectorised blocks."""
 
@@ -1523,7 +1701,7 @@ class Injective(CPUScheduleRule):
 
 def default_rules() -> list:
     """The CPU rules in the order they are tried."""
-    return [Pool(), Contraction(), DotProduct(), dl.cpu.GEMV(), RowReduction(), Injective()]
+    return [Pool(), ConvLanes(), Contraction(), DotProduct(), dl.cpu.GEMV(), RowReduction(), Injective()]
 
 
 # ----------------------------------------------------------------------------------------------------

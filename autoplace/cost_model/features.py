@@ -709,6 +709,47 @@ def _dot_product_run(record: Mapping) -> tuple[int, int] | None:
     return longer[0], stride
 
 
+def _conv_lanes_tile(record: Mapping) -> tuple[int, int] | None:
+    """``(output channels, map positions)`` of a convolution anchor that
+    :class:`autoplace.backend.cpu_schedules.ConvLanes` schedules (:func:`~autoplace.backend.cpu_schedules.conv_lanes_apply`:
+    one group, NCHW, a 2x2 or smaller output map), else None; None too for a record timed before schedule version
+    16 (its kernel ran in vectors of the output row)."""
+    from ..backend import cpu_schedules
+
+    version = _get(record, "cpu_schedule", None)
+    if isinstance(version, (int, float, np.integer, np.floating)) and np.isfinite(version) and version < 16:
+        return None
+    op = str(_get(record, "anchor_op", ""))
+    if op_class(op) != "conv" or short_name(op) != "conv2d":
+        return None
+    shapes = _shapes(_get(record, "anchor_input_shapes"))
+    attrs = _get(record, "anchor_attrs", {}) or {}
+    geo = _conv_geometry(attrs if isinstance(attrs, Mapping) else {}, shapes[0], shapes[1])
+    if geo is None or geo["layout"] != "NCHW" or geo["groups"] != 1 or any(d != 1 for d in geo["dil"]):
+        return None
+    positions = int(np.prod(geo["out"]))
+    if not cpu_schedules.conv_lanes_apply(geo["c"] * int(np.prod(geo["ksp"])), positions):
+        return None
+    return geo["cout"], positions
+
+
+def _conv_lanes_features(c_out: int, positions: int) -> dict:
+    """The :data:`SCHEDULE_FEATURES` of a :class:`autoplace.backend.cpu_schedules.ConvLanes` convolution: full
+    vectors of partial sums, a tile of ``uo x up`` of them (:func:`~autoplace.backend.cpu_schedules.conv_lanes_tile`)
+    reading ``uo + up`` vectors a step."""
+    from ..backend.cpu_schedules import conv_lanes_tile
+
+    feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=1.0)
+    for bits in (256, 512):
+        uo, up = conv_lanes_tile(c_out, positions, bits)
+        feats[f"sched_lane_use_{bits}"] = 1.0
+        feats[f"sched_loads_{bits}"] = (uo + up) / (uo * up)
+        feats[f"sched_tail_{bits}"] = 0.0
+        feats[f"sched_rows_{bits}"] = float(uo * up)
+        feats[f"sched_odd_{bits}"] = 0.0
+    return feats
+
+
 def _dot_product_features(run: int, dtype_bits: int, stride: int = 1) -> dict:
     """The :data:`SCHEDULE_FEATURES` of a dot product of ``run`` elements per output, accumulated in the lanes
     :func:`autoplace.backend.cpu_schedules.row_reduction_width` gives it (two vector loads per vector multiply-add,
@@ -748,6 +789,12 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         run = None
     if run is not None:
         return _dot_product_features(run[0], dtype_bits, stride=run[1])
+    try:
+        lanes_tile = _conv_lanes_tile(record) if dtype_bits == 32 else None
+    except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
+        lanes_tile = None
+    if lanes_tile is not None:
+        return _conv_lanes_features(*lanes_tile)
     from ..backend.cpu_schedules import _ACCUMULATORS, _REGISTERS, Contraction
 
     e_v, e_u, v_stride = axes
