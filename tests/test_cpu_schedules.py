@@ -227,22 +227,32 @@ def test_a_contraction_of_one_output_element_a_row_is_a_dot_product_in_vector_la
     assert cs.vectorized_row_reduction(scheduled) and cs.vector_width(scheduled) >= 4, name
 
 
-@pytest.mark.parametrize("make,shapes", [
+@pytest.mark.parametrize("make,shapes,wide", [
     # a ResNet's last stage on a 2x2 map: 3x3, bias, ReLU; with the residual add
-    (lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w, padding=1), b)), [(1, 128, 2, 2), (128, 128, 3, 3), (1, 128, 1, 1)]),
+    (lambda x, w, b: R.nn.relu(R.add(R.nn.conv2d(x, w, padding=1), b)),
+     [(1, 128, 2, 2), (128, 128, 3, 3), (1, 128, 1, 1)], False),
     (lambda x, w, b, r: R.nn.relu(R.add(R.add(R.nn.conv2d(x, w, padding=1), b), r)),
-     [(1, 128, 2, 2), (128, 128, 3, 3), (1, 128, 1, 1), (1, 128, 2, 2)]),
-    (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1), [(1, 64, 4, 4), (128, 64, 3, 3)]),  # 4x4 -> 2x2
-    (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 4, 4), (128, 64, 1, 1)]),  # the strided 1x1 shortcut
+     [(1, 128, 2, 2), (128, 128, 3, 3), (1, 128, 1, 1), (1, 128, 2, 2)], False),
+    (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1), [(1, 64, 4, 4), (128, 64, 3, 3)], False),  # 4x4 -> 2x2
+    (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 64, 4, 4), (128, 64, 1, 1)], False),  # the strided 1x1 shortcut
     # MobileNetV2's 2x2 stage: expansion with ReLU6, projection; a map of 1x4, batch 2, channels no tile of 4 divides
-    (lambda x, w, b: R.clip(R.add(R.nn.conv2d(x, w), b), 0.0, 6.0), [(1, 160, 2, 2), (960, 160, 1, 1), (1, 960, 1, 1)]),
-    (lambda x, w: R.nn.conv2d(x, w), [(1, 960, 2, 2), (160, 960, 1, 1)]),
-    (lambda x, w: R.nn.conv2d(x, w), [(2, 64, 1, 4), (30, 64, 1, 1)]),
-    (lambda x, w: R.nn.conv2d(x, w, padding=(0, 1, 1, 0)), [(1, 32, 2, 2), (24, 32, 2, 2)]),  # uneven padding
+    (lambda x, w, b: R.clip(R.add(R.nn.conv2d(x, w), b), 0.0, 6.0),
+     [(1, 160, 2, 2), (960, 160, 1, 1), (1, 960, 1, 1)], False),
+    (lambda x, w: R.nn.conv2d(x, w), [(1, 960, 2, 2), (160, 960, 1, 1)], False),
+    (lambda x, w: R.nn.conv2d(x, w), [(2, 64, 1, 4), (30, 64, 1, 1)], False),
+    (lambda x, w: R.nn.conv2d(x, w, padding=(0, 1, 1, 0)), [(1, 32, 2, 2), (24, 32, 2, 2)], False),  # uneven padding
+    # 4x4 maps with a reduction of 8 vector steps or more (AVX-512 only): MobileNetV2's projections, a ResNet's 3x3
+    (lambda x, w, b, r: R.add(R.add(R.nn.conv2d(x, w), b), r),
+     [(1, 384, 4, 4), (64, 384, 1, 1), (1, 64, 1, 1), (1, 64, 4, 4)], True),
+    (lambda x, w: R.nn.relu(R.nn.conv2d(x, w, padding=1)), [(1, 64, 4, 4), (64, 64, 3, 3)], True),
+    (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1), [(1, 32, 8, 8), (64, 32, 3, 3)], True),  # 8x8 -> 4x4
 ])
-def test_convolutions_on_2x2_maps_are_dot_products_in_vector_lanes(make, shapes):
-    # A 2x2 output map gave Contraction rows of 2 lanes to vectorise; ConvLanes accumulates each output along its
-    # input channels and taps in 16 lanes (2.4-4.6x faster on the Zen 5, experiments/tiny_map_convs.py)
+def test_convolutions_on_tiny_maps_are_dot_products_in_vector_lanes(make, shapes, wide):
+    # A 2x2 or 4x4 output map gave Contraction rows of 2 or 4 lanes to vectorise; ConvLanes accumulates each output
+    # along its input channels and taps in 16 lanes (Zen 5: 2x2 1.5-4.4x, 4x4 1.1-2.0x, experiments/tiny_map_convs.py)
+    if wide and cs.vector_bits(TARGET) < cs.WIDE_MAP_MIN_BITS:  # 4x4 maps on AVX-512 only
+        assert check(make, shapes, rtol=1e-4, atol=1e-4) == ["Contraction"]
+        return
     assert check(make, shapes, rtol=1e-4, atol=1e-4) == ["ConvLanes"]
     (name, func), = [f for f in _prim_funcs(make, shapes) if "conv2d" in f[0]]
     assert {"im2col", "conv2d_lanes"} <= _legalized_blocks(make, shapes)
@@ -250,7 +260,9 @@ def test_convolutions_on_2x2_maps_are_dot_products_in_vector_lanes(make, shapes)
 
 
 def test_only_tiny_maps_with_a_long_enough_reduction_are_dot_products(monkeypatch):
-    keep = [(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 4, 4), (64, 64, 3, 3)]),  # a 4x4 map: 16 outputs
+    keep = [(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 8, 8), (64, 64, 3, 3)]),  # an 8x8 map: 64 outputs
+            (lambda x, w: R.nn.conv2d(x, w), [(1, 96, 4, 4), (576, 96, 1, 1)]),  # a 4x4 map needs 8 steps: 6
+            (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 4, 4), (16, 16, 3, 3)]),  # and 2^17 multiply-adds
             (lambda x, w: R.nn.conv2d(x, w), [(1, 48, 2, 2), (64, 48, 1, 1)]),  # 48: 3 steps of 16 lanes
             (lambda x, w: R.nn.conv2d(x, w), [(1, 40, 2, 2), (64, 40, 1, 1)]),  # no multiple of 16
             (lambda x, w: R.nn.conv2d(x, w, groups=4, padding=1), [(1, 64, 2, 2), (64, 16, 3, 3)]),  # grouped
@@ -266,6 +278,10 @@ def test_only_tiny_maps_with_a_long_enough_reduction_are_dot_products(monkeypatc
     # AVX-512: 4 channels x 4 positions of 16-lane partial sums; AVX2 (a vector of partial sums in 2 registers): 1 x 4
     assert cs.conv_lanes_tile(128, 4, 512) == (4, 4) and cs.conv_lanes_tile(128, 4, 256) == (1, 4)
     assert cs.conv_lanes_tile(30, 4, 512) == (3, 4) and cs.conv_lanes_tile(160, 2, 512) == (4, 2)
+    assert cs.conv_lanes_tile(64, 16, 512) == (4, 4)  # a 4x4 map: 4 of its positions a tile
+    # 4x4 maps only on AVX-512 (AVX2 code ran them 0.64-0.95x as fast); 2x2 maps on both
+    assert cs.conv_lanes_apply(384, 16, 64, 512) and not cs.conv_lanes_apply(384, 16, 64, 256)
+    assert cs.conv_lanes_apply(384, 4, 64, 256)
 
 
 def _reads_along_last_axis(func, block: str) -> dict:

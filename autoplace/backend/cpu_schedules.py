@@ -21,9 +21,9 @@ schedule never makes a build fail.
     epilogue (bias, ReLU, GELU, residual add...) applied to the tile as it is stored. A matrix operand
     with rows 1 KiB or more apart is first copied panel by panel (packed) into contiguous memory.
 ``ConvLanes``
-    a convolution whose output map has 4 elements a channel or fewer (2x2 maps), legalized as dot products along
-    its input channels and taps: output channels x map positions a tile, 16 partial sums each in a register, added
-    up as the tile is stored with its epilogue.
+    a convolution whose output map has 16 elements a channel or fewer (4x4 and 2x2 maps), legalized as dot products
+    along its input channels and taps: output channels x map positions a tile, 16 partial sums each in a register,
+    added up as the tile is stored with its epilogue.
 ``dlight.cpu.GEMV``
     TVM's own rule for matrix-vector products that read the matrix along the reduction.
 ``RowReduction``
@@ -43,7 +43,7 @@ few tiles need a predicate). :func:`cpu_target` gives an ``llvm`` target without
 machine's CPU: without it LLVM emits SSE2 only (no AVX, no FMA). :func:`cpu_legalize_map` legalizes
 exp, softmax, sigmoid, SiLU, erf, GELU and tanh as polynomials that stay in vector registers (LLVM
 calls ``expf`` / ``erff`` once per lane otherwise), a stride-1 convolution whose rows no vector divides
-over its flattened map (``Contraction`` then tiles it as a matmul's columns), a convolution onto a 2x2 map
+over its flattened map (``Contraction`` then tiles it as a matmul's columns), a convolution onto a 4x4 or 2x2 map
 as dot products (``ConvLanes``), and a global average pool as a mean.
 """
 
@@ -113,9 +113,9 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 15: contractions of one output element a row whose reduction has one loop longer than 1 (1x1 convolutions over
 #:    1x1 maps: MobileNet heads, squeeze-excitation; matmuls by one column) accumulated along the reduction in
 #:    vector lanes by :class:`DotProduct` (:data:`UNIT_ROW_DOT_PRODUCTS`; were one scalar multiply-add at a time).
-#: 16: convolutions whose output map has 4 elements a channel or fewer (2x2 maps: a ResNet's and MobileNetV2's last
-#:    stage) as dot products along the reduction in 16 lanes, an output-channel x map-position tile of partial sums
-#:    in registers (:data:`TINY_MAP_LANES_CONV`, :class:`ConvLanes`; were vectors of the 2-wide output row).
+#: 16: convolutions whose output map has 16 elements a channel or fewer (4x4 and 2x2 maps: a ResNet's and MobileNetV2's
+#:    last stages) as dot products along the reduction in 16 lanes, an output-channel x map-position tile of partial
+#:    sums in registers (:data:`TINY_MAP_LANES_CONV`, :class:`ConvLanes`; were vectors of the 2- or 4-wide output row).
 SCHEDULE_VERSION = 16
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
@@ -447,15 +447,28 @@ def _te_conv2d_flat(data, kernel, padding):
     return te.compute((n, c_out, ho, wo), lambda b, o, y, x: out[b, o, y * wp + x], name="conv2d_nchw")
 
 
-#: Legalize a convolution whose output map has :data:`TINY_MAP_MAX_OUTPUTS` elements a channel or fewer (the 2x2 maps
-#: of a ResNet's or MobileNetV2's last stage) as dot products along its reduction (:func:`_te_conv2d_lanes`, schedule
+#: Legalize a convolution whose output map has :data:`TINY_MAP_MAX_OUTPUTS` elements a channel or fewer (the 4x4 and
+#: 2x2 maps of a ResNet's or MobileNetV2's last stages) as dot products along its reduction (:func:`_te_conv2d_lanes`, schedule
 #: version 16): :class:`ConvLanes` accumulates each output channel and map position in :data:`CONV_LANES` lanes over
-#: the input channels and taps, where :class:`Contraction` (vectors along the output row) used 2 of AVX-512's 16 lanes;
+#: the input channels and taps, where :class:`Contraction` (vectors along the output row) used 2 or 4 of AVX-512's 16;
 #: False: as before (``experiments/tiny_map_convs.py`` compares the two).
 TINY_MAP_LANES_CONV = True
-#: Output elements a channel up to which a convolution is a dot product per output (2x2, 1x4 and smaller maps;
-#: 4x4 maps ran 0.75-1.4x as fast as the row vectors, 8x8 maps 0.3x: session 67's prototype on the Zen 5).
-TINY_MAP_MAX_OUTPUTS = 4
+#: Output elements a channel up to which a convolution is a dot product per output (4x4, 2x2 and smaller maps; an
+#: 8x8 map's ran 0.3x as fast as the row vectors in session 67's prototype on the Zen 5).
+TINY_MAP_MAX_OUTPUTS = 16
+#: Output elements a channel up to which a reduction of :data:`CONV_LANES_MIN_STEPS` vector steps is enough; a larger
+#: map needs :data:`WIDE_MAP_MIN_STEPS` (on the Zen 5, 4x4 maps reducing over 64 or 96 elements, MobileNetV2's
+#: expansions, ran 0.93-1.01x as fast as the row vectors, over 192-576 1.08-2.0x; 2x2 maps over 64-1152 1.5-4.4x).
+TINY_MAP_SHORT_OUTPUTS = 4
+WIDE_MAP_MIN_STEPS = 8
+#: Multiply-adds a convolution onto a map of more than :data:`TINY_MAP_SHORT_OUTPUTS` needs at least: a small ResNet's
+#: 16 -> 16 3x3 on 4x4 (37K, 1.5 us) ran 0.68x as fast as the row vectors, its copy of the input a large share.
+WIDE_MAP_MIN_WORK = 1 << 17
+#: Vector bits a machine needs for :class:`ConvLanes` on maps of more than :data:`TINY_MAP_SHORT_OUTPUTS`: AVX2 code
+#: (``mcpu=znver3`` on the Zen 5, a stand-in for its register count, not an AVX2 machine's timings) ran 4x4 maps'
+#: stride-1 convolutions 0.64-0.95x as fast as the row vectors (a tile of 1 channel x 4 positions in 16 registers),
+#: 2x2 maps 1.5-3.0x (``experiments/tiny_map_convs.py --mcpu znver3``).
+WIDE_MAP_MIN_BITS = 512
 #: Lanes each output accumulates in: AVX-512's 16 float32 (two registers on AVX2; :class:`ConvLanes` then holds fewer
 #: output channels a tile). The reduction (input channels x taps) must be a multiple of it.
 CONV_LANES = 16
@@ -477,7 +490,8 @@ def _conv_out_map(call) -> tuple[int, int] | None:
 def _tiny_map_conv(call) -> bool:
     """A float32 NCHW / OIHW conv2d with one group, dilation 1 and static shapes whose output map has 2 to
     :data:`TINY_MAP_MAX_OUTPUTS` elements a channel and whose reduction (input channels x taps) is a multiple of
-    :data:`CONV_LANES` at least :data:`CONV_LANES_MIN_STEPS` times (:data:`TINY_MAP_LANES_CONV`)."""
+    :data:`CONV_LANES` at least :data:`CONV_LANES_MIN_STEPS` times (:data:`WIDE_MAP_MIN_STEPS` times, and
+    :data:`WIDE_MAP_MIN_WORK`, for a map of more than :data:`TINY_MAP_SHORT_OUTPUTS`; :data:`TINY_MAP_LANES_CONV`)."""
     attrs = call.attrs
     data, kernel = call.args
     out_map = _conv_out_map(call)
@@ -488,14 +502,19 @@ def _tiny_map_conv(call) -> bool:
             and [int(v) for v in attrs.dilation] == [1, 1]
             and str(data.ty.dtype) == str(kernel.ty.dtype) == "float32"
             and str(attrs.out_dtype) in ("", "None", "void", "float32")
-            and conv_lanes_apply(math.prod(_static_shape(kernel)[1:]), out_map[0] * out_map[1]))
+            and conv_lanes_apply(math.prod(_static_shape(kernel)[1:]), out_map[0] * out_map[1],
+                                 _static_shape(kernel)[0], vector_bits(cpu_target(_call_target(call) or "llvm"))))
 
 
-def conv_lanes_apply(reduction: int, positions: int) -> bool:
-    """Whether a one-group float32 convolution reducing over ``reduction`` elements an output (input channels x
-    taps) with ``positions`` output elements a channel is :func:`_te_conv2d_lanes`'s (:func:`_tiny_map_conv`)."""
+def conv_lanes_apply(reduction: int, positions: int, c_out: int, bits: int) -> bool:
+    """Whether a one-group float32 convolution onto ``c_out`` channels of ``positions`` elements, reducing over
+    ``reduction`` elements an output (input channels x taps), is :func:`_te_conv2d_lanes`'s (:func:`_tiny_map_conv`)
+    on ``bits``-wide vectors: maps of more than :data:`TINY_MAP_SHORT_OUTPUTS` only with :data:`WIDE_MAP_MIN_BITS`."""
+    wide = positions > TINY_MAP_SHORT_OUTPUTS
+    steps = WIDE_MAP_MIN_STEPS if wide else CONV_LANES_MIN_STEPS
     return (TINY_MAP_LANES_CONV and 2 <= positions <= TINY_MAP_MAX_OUTPUTS
-            and reduction % CONV_LANES == 0 and reduction // CONV_LANES >= CONV_LANES_MIN_STEPS)
+            and reduction % CONV_LANES == 0 and reduction // CONV_LANES >= steps
+            and (not wide or (c_out * positions * reduction >= WIDE_MAP_MIN_WORK and bits >= WIDE_MAP_MIN_BITS)))
 
 
 def conv_lanes_tile(c_out: int, positions: int, bits: int) -> tuple[int, int]:
@@ -506,9 +525,10 @@ def conv_lanes_tile(c_out: int, positions: int, bits: int) -> tuple[int, int]:
     max_lanes = max(bits // 32, 1)
     regs = -(-CONV_LANES // max_lanes)
     budget, registers = _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16)
+    up = max(_divisors(positions, 4))
     fits = [d for d in _divisors(c_out, 4)
-            if d * positions * regs <= budget and (d * positions + d + 1) * regs <= registers]
-    return max(fits or [1]), positions
+            if d * up * regs <= budget and (d * up + d + 1) * regs <= registers]
+    return max(fits or [1]), up
 
 
 def _te_conv2d_lanes(data, kernel, strides, padding):
@@ -569,6 +589,14 @@ def _te_global_avg_pool(x):
     h, w = int(x.shape[2]), int(x.shape[3])
     total = topi.sum(x, axis=[2, 3], keepdims=True)
     return topi.divide(total, tirx.const(float(h * w), "float32"))
+
+
+def _call_target(call):
+    """The target of the vdevice a call's output (else its first argument) is on, or None."""
+    vdevice = getattr(call.ty, "vdevice", None)
+    if vdevice is None and call.args:
+        vdevice = getattr(call.args[0].ty, "vdevice", None)
+    return None if vdevice is None else vdevice.target
 
 
 def _call_kind(call) -> str | None:
@@ -1644,8 +1672,8 @@ class ConvLanes(CPUScheduleRule):
         bits = vector_bits(target)
         max_lanes = max(bits // 32, 1)
         b, o, y, x, lane, ko = sch.get_loops(part)
-        uo, up = conv_lanes_tile(_extent(sch, o), _extent(sch, y) * _extent(sch, x), bits)
-        c_out, positions = _extent(sch, o), up
+        c_out, positions = _extent(sch, o), _extent(sch, y) * _extent(sch, x)
+        uo, up = conv_lanes_tile(c_out, positions, bits)
         p = sch.fuse(y, x)
         oo, oi = sch.split(o, factors=[None, uo])
         po, pi = sch.split(p, factors=[None, up])
