@@ -166,6 +166,11 @@ FAMILIES = {
     # 8 -> 16 3x3 onto 8x8 14% under its 1.70 us (session 56): besides the zoo's own, the training data had no
     # stride-2 3x3 convolution of fewer than 16 input channels
     "conv_narrow": "conv",
+    # ConvNeXt-style downsampling onto 1x1-4x4 maps: a 2x2 window at stride 2 (and a 4x4 one at stride 4) widening
+    # the channels, + bias; since CPU schedule 16 the 2x2 and 4x4 outputs are ConvLanes dot products over channels
+    # and taps. Held out leaving ConvNeXt out, the Zen 5 priced convnext-base's two such kernels +55% and +60%
+    # (session 67): the training data's ConvLanes convolutions all had 1x1 or 3x3 taps (``cnn_tiny_maps``)
+    "conv_downsample_tiny_maps": "conv",
     # stride-1 convolutions (with bias + ReLU) on maps whose rows no vector divides (17, 19, 23, 29, 38: Inception-v3's
     # 17x17 stage with its 1x7 / 7x1 pairs, YOLO's 19x19 / 38x38 heads): since CPU schedule 9 computed over the
     # flattened map, 4-29x faster than in rows (experiments/conv_rows.py), so unlike any other odd-row convolution
@@ -1085,6 +1090,40 @@ def _cnn_tiny_maps(rng, n: int) -> list[Model]:
     return models
 
 
+#: Input channels of :func:`_conv_downsample_tiny_maps` (ConvNeXt's stages at widths 0.25-1.5 and between).
+DOWNSAMPLE_CHANNELS = (16, 32, 48, 64, 96, 128, 192, 256)
+#: Output maps and ``(kernel = stride)`` of :func:`_conv_downsample_tiny_maps`, in turn.
+DOWNSAMPLE_OUTPUTS = (4, 2, 1)
+DOWNSAMPLE_KERNELS = (2, 4)
+#: ``(input channels, output map)`` of the architecture suite's ConvNeXts' downsamplings onto maps of 4 and less
+#: (base: 64 -> 128 onto 4x4, 128 -> 256 onto 2x2; small: 8 -> 16 onto 4x4): not drawn (as :data:`TINY_MAP_HELD_OUT`).
+DOWNSAMPLE_HELD_OUT = ((64, 4), (128, 2), (8, 4))
+
+
+def _conv_downsample_tiny_maps(rng, n: int) -> list[Model]:
+    """``ops-conv_downsample_tiny_maps-conv<k>x<k>s<k>-<cin>x<H>x<H>-<2 cin>``: a k x k convolution at stride k, no
+    padding, doubling the channels, + bias, onto a 4x4, 2x2 or 1x1 map (its input k times as wide), each (map,
+    kernel) in turn with the next of its widths in a seeded order."""
+    from tvm import relax
+
+    op = relax.op
+    pairs = [(h, k) for k in DOWNSAMPLE_KERNELS for h in DOWNSAMPLE_OUTPUTS]
+    widths = {(h, k): [c for c in DOWNSAMPLE_CHANNELS  # held-out shapes left out, and work over MAX_MACS
+                       if (c, h) not in DOWNSAMPLE_HELD_OUT and 2 * c * h * h * c * k * k <= MAX_MACS]
+              for h, k in pairs}
+    orders = {pair: [widths[pair][int(j)] for j in rng.permutation(len(widths[pair]))] for pair in pairs}
+    models = []
+    for i in range(n):
+        h, k = pairs[i % len(pairs)]
+        cin = orders[(h, k)][i // len(pairs) % len(orders[(h, k)])]
+        cout, h_in = 2 * cin, h * k
+        weight, bias = _const(rng, (cout, cin, k, k)), _const(rng, (1, cout, 1, 1))
+        models.append(_model(
+            f"ops-conv_downsample_tiny_maps-conv{k}x{k}s{k}-{cin}x{h_in}x{h_in}-{cout}", _f32((1, cin, h_in, h_in)),
+            lambda bb, x, weight=weight, bias=bias, k=k: op.add(bb.emit(op.nn.conv2d(x, weight, strides=k)), bias)))
+    return models
+
+
 #: Input channel counts of :func:`_conv_narrow` (a toy CNN's widths; stride 2 doubles them).
 NARROW_CHANNELS = (4, 6, 8, 12, 16, 24)
 #: Output map sizes of :func:`_conv_narrow`: a toy CNN's maps on 16x16-32x32 images, then on 64x64 ones.
@@ -1609,6 +1648,7 @@ COUNTS = {"softmax": 5, "transpose": 5, "add": 5, "conv1d": len(CONV1D), "attn_q
           "conv_small_maps": 16, "conv_wide_small_maps": 16, "pad": 6, "glu": 6, "rotary": 6, "rotary_table": 6, "gqa_repeat": 6,
           "conv_head": 8, "conv2d_tfpad": 8, "conv_odd_rows": 21,
           "conv_dw_pow2": 20, "small_chain": 16, "channels_last": 24, "cnn_tiny_maps": 96, "conv_narrow": 40, "space_to_depth": 24,
+          "conv_downsample_tiny_maps": 24,
           "conv_dw_tiny_maps": 24, "window_attn_bias": 16, "window_partition": 16,
           "conv1d_seq": 24}
 DEFAULT_COUNT = 4
@@ -1706,6 +1746,8 @@ def _family_models(seed: int, family: str, tiny: bool = False) -> list[Model]:
         return _cnn_tiny_maps(rng, count)
     if family == "conv_narrow":
         return _conv_narrow(rng, count)
+    if family == "conv_downsample_tiny_maps":
+        return _conv_downsample_tiny_maps(rng, count)
     if family == "conv_stem":
         return _conv_stem(rng, count)
     if family == "conv_head":
