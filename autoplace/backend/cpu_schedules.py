@@ -600,11 +600,8 @@ def _call_target(call):
 
 
 def _call_kind(call) -> str | None:
-    ty = call.ty
-    vdevice = getattr(ty, "vdevice", None)
-    if vdevice is None and call.args:
-        vdevice = getattr(call.args[0].ty, "vdevice", None)
-    return None if vdevice is None else str(vdevice.target.kind.name)
+    target = _call_target(call)
+    return None if target is None else str(target.kind.name)
 
 
 def cpu_legalize_map(default_kind: str | None = None) -> dict:
