@@ -1,10 +1,13 @@
-"""Convolutions on tiny output maps: schedule version 15 against 16, on every kernel of the models it changes.
+"""Convolutions on tiny output maps: schedule version 15 against 16 (or 16 against 17), on every kernel of the models
+it changes.
 
 A convolution whose output map has four elements a channel or fewer (a ResNet's or MobileNetV2's 2x2 last stage)
 gave :class:`autoplace.backend.cpu_schedules.Contraction` rows of 2 to vectorise along: 2 of AVX-512's 16 lanes.
 Version 16 (``TINY_MAP_LANES_CONV``) legalizes it as one dot product per output along its reduction (input
 channels x taps, along which the OIHW weights lie contiguous; the input copied once a call into an ``im2col``
-buffer), which ``ConvLanes`` tiles as output channels x map positions, every partial sum in a register.
+buffer), which ``ConvLanes`` tiles as output channels x map positions, every partial sum in a register. Version 17
+(``ONE_VECTOR_CONV_LANES``) accumulates each output in one vector on AVX2 (8 lanes, where 16 took two registers),
+so that a tile holds 2 channels x 4 positions, and takes 4x4 maps of 2^20 multiply-adds or more there too.
 
 * kernels: every kernel of the models whose scheduled TIR differs between the versions, built both ways with the
   same random inputs, outputs compared, timed in interleaved rounds (about 1 ms of calls per sample);
@@ -12,15 +15,18 @@ buffer), which ``ConvLanes`` tiles as output channels x map positions, every par
 
     python experiments/tiny_map_convs.py [--models resnet-base mobilenetv2-base ops:cnn_tiny_maps ...]
                                          [--time-models resnet-base mobilenetv2-base] [--rounds 5] [--mcpu znver3]
+                                         [--versions 16 17]
 
 Model names as ``experiments/dot_products.py`` takes them. Writes
 ``experiments/results/<hardware id>/tiny_map_convs_kernels.csv`` (per kernel: min over rounds both ways, speedup =
-version 15's time / version 16's, GFLOP/s both ways) and ``tiny_map_convs_models.csv``.
+version 15's time / version 16's, GFLOP/s both ways) and ``tiny_map_convs_models.csv`` (other versions: a
+``_v<old>_v<new>`` suffix).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import numpy as np
 
@@ -33,9 +39,11 @@ DEFAULT_MODELS = ("resnet-base", "mobilenetv2-base", "convnext-base", "cnn", "re
 DEFAULT_TIMED_MODELS = ("resnet-base", "mobilenetv2-base", "convnext-base")
 
 
+@contextlib.contextmanager
 def schedule_version(version: int):
-    """The CPU rules as they were in schedule version 15 or are in 16."""
-    return _flag("TINY_MAP_LANES_CONV", version >= 16)
+    """The CPU rules as they were in schedule version 15 or 16 or are in 17."""
+    with _flag("TINY_MAP_LANES_CONV", version >= 16), _flag("ONE_VECTOR_CONV_LANES", version >= 17):
+        yield
 
 
 def _describe(model, old, new) -> dict:
@@ -53,6 +61,8 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="models whose changed kernels are timed")
     parser.add_argument("--time-models", nargs="*", default=list(DEFAULT_TIMED_MODELS), help="models timed whole both ways")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--versions", nargs=2, type=int, default=[15, 16], choices=(15, 16, 17), metavar="V",
+                        help="the schedule versions compared, old then new (17 differs from 16 on AVX2 only)")
     parser.add_argument("--mcpu", default=None,
                         help="compile for this LLVM CPU instead of the host's (znver3: AVX2 code on an AVX-512 host, a "
                              "stand-in for an AVX2 machine's vector width, not its timings); files get a _<mcpu> suffix")
@@ -61,13 +71,14 @@ def main(argv=None):
         from autoplace.backend import cpu_schedules
 
         cpu_schedules.host_cpu = lambda: args.mcpu
-    versions = (15, 16)
+    versions = tuple(args.versions)
     kernels, models = two_versions(models_of(args.models), schedule_version, versions, args.rounds, _describe,
                                    time_models=models_of(args.time_models))
     for version in versions if len(kernels) else ():
         kernels[f"v{version}_gflop_s"] = kernels["flops"] / kernels[f"v{version}_us"] / 1e3
     report_two_versions(kernels, models, versions, results_folder(),
-                        "tiny_map_convs" + (f"_{args.mcpu}" if args.mcpu else ""))
+                        "tiny_map_convs" + ("" if versions == (15, 16) else "_v{}_v{}".format(*versions))
+                        + (f"_{args.mcpu}" if args.mcpu else ""))
 
 
 if __name__ == "__main__":

@@ -243,10 +243,16 @@ def test_schedule_features_of_a_dot_product_describe_its_lanes_not_a_register_ti
     assert _schedule_features({**tiny, "cpu_schedule": 15}, 32)["sched_lane_use_512"] == 2 / 16
     lanes = _schedule_features(tiny, 32)
     assert lanes["sched_lane_use_512"] == 1.0 and lanes["sched_loads_512"] == 0.5 and lanes["sched_rows_512"] == 16
-    assert lanes["sched_lane_use_256"] == 1.0 and lanes["sched_rows_256"] == 4  # AVX2: 1 channel x 4 positions
+    assert lanes["sched_lane_use_256"] == 1.0 and lanes["sched_rows_256"] == 8  # AVX2: 2 channels x 4 positions
+    v16 = _schedule_features({**tiny, "cpu_schedule": 16}, 32)  # 16 lanes in two AVX2 registers: 1 x 4 a tile
+    assert v16["sched_rows_256"] == 4 and v16["sched_rows_512"] == 16
     # a 4x4 map: ConvLanes on AVX-512 only; AVX2 keeps the register tile of 4-lane rows
     wide = _schedule_features({**head, "anchor_input_shapes": [[1, 384, 4, 4], [64, 384, 1, 1]]}, 32)
     assert wide["sched_lane_use_512"] == 1.0 and wide["sched_lane_use_256"] == 4 / 8
+    # ... of 2^20 multiply-adds or more, on AVX2 too since version 17 (2 x 4 tiles of 8 lanes)
+    big = {**head, "anchor_input_shapes": [[1, 1152, 4, 4], [128, 1152, 1, 1]]}
+    assert _schedule_features(big, 32)["sched_rows_256"] == 8
+    assert _schedule_features({**big, "cpu_schedule": 16}, 32)["sched_lane_use_256"] == 4 / 8
     column = dict(target="llvm", anchor_op="relax.matmul", anchor_input_shapes=[[6, 300], [300, 1]])
     assert _schedule_features(column, 32)["sched_rows_512"] == 1.0
     assert now["sched_v_stride"] == 1.0

@@ -246,25 +246,32 @@ def test_a_contraction_of_one_output_element_a_row_is_a_dot_product_in_vector_la
      [(1, 384, 4, 4), (64, 384, 1, 1), (1, 64, 1, 1), (1, 64, 4, 4)], True),
     (lambda x, w: R.nn.relu(R.nn.conv2d(x, w, padding=1)), [(1, 64, 4, 4), (64, 64, 3, 3)], True),
     (lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1), [(1, 32, 8, 8), (64, 32, 3, 3)], True),  # 8x8 -> 4x4
+    # 4x4 maps of 2^20 multiply-adds or more: on AVX2 too (outputs in one 8-lane vector, schedule version 17)
+    (lambda x, w: R.nn.relu(R.nn.conv2d(x, w, padding=1)), [(1, 128, 4, 4), (128, 128, 3, 3)], False),
+    (lambda x, w: R.nn.conv2d(x, w, strides=2), [(1, 256, 8, 8), (512, 256, 1, 1)], False),  # a 1x1 shortcut
 ])
 def test_convolutions_on_tiny_maps_are_dot_products_in_vector_lanes(make, shapes, wide):
     # A 2x2 or 4x4 output map gave Contraction rows of 2 or 4 lanes to vectorise; ConvLanes accumulates each output
-    # along its input channels and taps in 16 lanes (Zen 5: 2x2 1.5-4.4x, 4x4 1.1-2.0x, experiments/tiny_map_convs.py)
-    if wide and cs.vector_bits(TARGET) < cs.WIDE_MAP_MIN_BITS:  # 4x4 maps on AVX-512 only
+    # along its input channels and taps in 16 lanes on AVX-512, 8 on AVX2 (Zen 5: 2x2 1.5-4.4x, 4x4 1.1-2.0x; Zen 3:
+    # 2x2 1.03-2.02x over 16 lanes in two registers; experiments/tiny_map_convs.py)
+    bits = cs.vector_bits(TARGET)
+    if wide and bits < cs.WIDE_MAP_MIN_BITS:  # 4x4 maps of under 2^20 multiply-adds on AVX-512 only
         assert check(make, shapes, rtol=1e-4, atol=1e-4) == ["Contraction"]
         return
     assert check(make, shapes, rtol=1e-4, atol=1e-4) == ["ConvLanes"]
     (name, func), = [f for f in _prim_funcs(make, shapes) if "conv2d" in f[0]]
     assert {"im2col", "conv2d_lanes"} <= _legalized_blocks(make, shapes)
-    assert _vector_loops_of(schedule_prim_func(func, TARGET)[0], "conv2d_lanes_update") == {cs.CONV_LANES}, name
+    lanes = cs.conv_lanes(bits)
+    assert _vector_loops_of(schedule_prim_func(func, TARGET)[0], "conv2d_lanes_update") == {lanes}, name
+    assert lanes == (8 if bits == 256 else cs.CONV_LANES)
 
 
 def test_only_tiny_maps_with_a_long_enough_reduction_are_dot_products(monkeypatch):
     keep = [(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 64, 8, 8), (64, 64, 3, 3)]),  # an 8x8 map: 64 outputs
             (lambda x, w: R.nn.conv2d(x, w), [(1, 96, 4, 4), (576, 96, 1, 1)]),  # a 4x4 map needs 8 steps: 6
             (lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 4, 4), (16, 16, 3, 3)]),  # and 2^17 multiply-adds
-            (lambda x, w: R.nn.conv2d(x, w), [(1, 48, 2, 2), (64, 48, 1, 1)]),  # 48: 3 steps of 16 lanes
-            (lambda x, w: R.nn.conv2d(x, w), [(1, 40, 2, 2), (64, 40, 1, 1)]),  # no multiple of 16
+            (lambda x, w: R.nn.conv2d(x, w), [(1, 24, 2, 2), (64, 24, 1, 1)]),  # 24: 3 steps of 8 lanes
+            (lambda x, w: R.nn.conv2d(x, w), [(1, 36, 2, 2), (64, 36, 1, 1)]),  # no multiple of 8
             (lambda x, w: R.nn.conv2d(x, w, groups=4, padding=1), [(1, 64, 2, 2), (64, 16, 3, 3)]),  # grouped
             (lambda x, w: R.nn.conv2d(x, w), [(1, 64, 1, 1), (64, 64, 1, 1)])]  # a 1x1 map: DotProduct's
     for make, shp in keep:
@@ -274,14 +281,22 @@ def test_only_tiny_maps_with_a_long_enough_reduction_are_dot_products(monkeypatc
     assert "conv2d_lanes" not in _legalized_blocks(make, shapes)
     assert check(make, shapes) == ["Contraction"]
     monkeypatch.undo()
-    assert cs.SCHEDULE_VERSION >= 16
-    # AVX-512: 4 channels x 4 positions of 16-lane partial sums; AVX2 (a vector of partial sums in 2 registers): 1 x 4
-    assert cs.conv_lanes_tile(128, 4, 512) == (4, 4) and cs.conv_lanes_tile(128, 4, 256) == (1, 4)
+    assert cs.SCHEDULE_VERSION >= 17
+    # AVX-512: 4 channels x 4 positions of 16-lane partial sums; AVX2: 2 x 4 of 8 lanes (3 x 4 would take all 16
+    # registers), 1 x 4 of 16 lanes in two registers each (version 16)
+    assert cs.conv_lanes(512) == 16 and cs.conv_lanes(256) == 8
+    assert cs.conv_lanes_tile(128, 4, 512) == (4, 4) and cs.conv_lanes_tile(128, 4, 256) == (2, 4)
+    assert cs.conv_lanes_tile(48, 4, 256) == (2, 4) and cs.conv_lanes_tile(128, 4, 256, lanes=16) == (1, 4)
     assert cs.conv_lanes_tile(30, 4, 512) == (3, 4) and cs.conv_lanes_tile(160, 2, 512) == (4, 2)
     assert cs.conv_lanes_tile(64, 16, 512) == (4, 4)  # a 4x4 map: 4 of its positions a tile
-    # 4x4 maps only on AVX-512 (AVX2 code ran them 0.64-0.95x as fast); 2x2 maps on both
+    # 4x4 maps on AVX-512 from 2^17 multiply-adds, on AVX2 from 2^20 and only in 8 lanes; 2x2 maps on both
     assert cs.conv_lanes_apply(384, 16, 64, 512) and not cs.conv_lanes_apply(384, 16, 64, 256)
-    assert cs.conv_lanes_apply(384, 4, 64, 256)
+    assert cs.conv_lanes_apply(1152, 16, 128, 256) and not cs.conv_lanes_apply(1152, 16, 128, 256, lanes=16)
+    assert cs.conv_lanes_apply(384, 4, 64, 256) and cs.conv_lanes_apply(40, 4, 64, 256)
+    assert not cs.conv_lanes_apply(40, 4, 64, 512) and not cs.conv_lanes_apply(40, 4, 64, 256, lanes=16)
+    monkeypatch.setattr(cs, "ONE_VECTOR_CONV_LANES", False)  # version 16: 16 lanes everywhere
+    assert cs.conv_lanes(256) == 16 and cs.conv_lanes_tile(128, 4, 256) == (1, 4)
+    assert not cs.conv_lanes_apply(1152, 16, 128, 256)
 
 
 def _reads_along_last_axis(func, block: str) -> dict:

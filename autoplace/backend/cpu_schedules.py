@@ -116,7 +116,10 @@ PARALLEL_MIN_WORK = {"contraction": 1 << 18, "injective": 1 << 15, "reduction": 
 #: 16: convolutions whose output map has 16 elements a channel or fewer (4x4 and 2x2 maps: a ResNet's and MobileNetV2's
 #:    last stages) as dot products along the reduction in 16 lanes, an output-channel x map-position tile of partial
 #:    sums in registers (:data:`TINY_MAP_LANES_CONV`, :class:`ConvLanes`; were vectors of the 2- or 4-wide output row).
-SCHEDULE_VERSION = 16
+#: 17: on AVX2 such a convolution's outputs accumulate in one vector of 8 lanes (were 16 lanes in two registers), so a
+#:    tile holds 2 output channels x 4 positions (was 1 x 4), and 4x4 maps of 2^20 multiply-adds or more are such dot
+#:    products there too (:data:`ONE_VECTOR_CONV_LANES`, :data:`NARROW_WIDE_MAP_MIN_WORK`); AVX-512 kernels unchanged.
+SCHEDULE_VERSION = 17
 #: The loop annotation that has TVM's ``LoopPartition`` split a loop's last, partial steps off (it partitions
 #: only annotated loops in the default pipeline): a loop over vectors whose last vector is partial then runs its
 #: full ones without a predicate, as vectors (TVM leaves a predicated vector loop scalar).
@@ -449,7 +452,7 @@ def _te_conv2d_flat(data, kernel, padding):
 
 #: Legalize a convolution whose output map has :data:`TINY_MAP_MAX_OUTPUTS` elements a channel or fewer (the 4x4 and
 #: 2x2 maps of a ResNet's or MobileNetV2's last stages) as dot products along its reduction (:func:`_te_conv2d_lanes`, schedule
-#: version 16): :class:`ConvLanes` accumulates each output channel and map position in :data:`CONV_LANES` lanes over
+#: version 16): :class:`ConvLanes` accumulates each output channel and map position in :func:`conv_lanes` lanes over
 #: the input channels and taps, where :class:`Contraction` (vectors along the output row) used 2 or 4 of AVX-512's 16;
 #: False: as before (``experiments/tiny_map_convs.py`` compares the two).
 TINY_MAP_LANES_CONV = True
@@ -464,16 +467,33 @@ WIDE_MAP_MIN_STEPS = 8
 #: Multiply-adds a convolution onto a map of more than :data:`TINY_MAP_SHORT_OUTPUTS` needs at least: a small ResNet's
 #: 16 -> 16 3x3 on 4x4 (37K, 1.5 us) ran 0.68x as fast as the row vectors, its copy of the input a large share.
 WIDE_MAP_MIN_WORK = 1 << 17
-#: Vector bits a machine needs for :class:`ConvLanes` on maps of more than :data:`TINY_MAP_SHORT_OUTPUTS`: AVX2 code
-#: (``mcpu=znver3`` on the Zen 5, a stand-in for its register count, not an AVX2 machine's timings) ran 4x4 maps'
-#: stride-1 convolutions 0.64-0.95x as fast as the row vectors (a tile of 1 channel x 4 positions in 16 registers),
-#: 2x2 maps 1.5-3.0x (``experiments/tiny_map_convs.py --mcpu znver3``).
+#: Vector bits a machine needs for :class:`ConvLanes` on maps of more than :data:`TINY_MAP_SHORT_OUTPUTS` whatever
+#: their work: AVX2 code (``mcpu=znver3`` on the Zen 5, a stand-in for its register count, not an AVX2 machine's
+#: timings) ran 4x4 maps' stride-1 convolutions 0.64-0.95x as fast as the row vectors (a tile of 1 channel x 4
+#: positions in 16 registers), 2x2 maps 1.5-3.0x (``experiments/tiny_map_convs.py --mcpu znver3``).
 WIDE_MAP_MIN_BITS = 512
-#: Lanes each output accumulates in: AVX-512's 16 float32 (two registers on AVX2; :class:`ConvLanes` then holds fewer
-#: output channels a tile). The reduction (input channels x taps) must be a multiple of it.
+#: Multiply-adds a convolution onto a map of more than :data:`TINY_MAP_SHORT_OUTPUTS` needs on narrower vectors
+#: whose outputs accumulate in one vector (:data:`ONE_VECTOR_CONV_LANES`): on the Zen 3 (AVX2, 2 x 4 tiles) the 4x4
+#: maps' convolutions of 2^20 or more ran 1.07-2.29x as fast as the row vectors (19 kernels, median 1.30x), smaller
+#: ones 0.56-1.59x (48- and 64-channel 3x3s the slowest).
+NARROW_WIDE_MAP_MIN_WORK = 1 << 20
+#: Lanes each output accumulates in: AVX-512's 16 float32 (on AVX2 :data:`NARROW_CONV_LANES`, :func:`conv_lanes`).
+#: The reduction (input channels x taps) must be a multiple of them.
 CONV_LANES = 16
 #: Vector steps along the reduction an output needs at least (a shorter one adds its lanes up for little work).
 CONV_LANES_MIN_STEPS = 4
+#: On AVX2 (8 float32 lanes, 16 registers) an output accumulates in one vector of :data:`NARROW_CONV_LANES` lanes,
+#: so that a :class:`ConvLanes` tile holds 2 output channels x 4 positions (schedule version 17); False: in
+#: :data:`CONV_LANES` lanes, two registers a vector, a tile of 1 channel x 4 positions (version 16).
+ONE_VECTOR_CONV_LANES = True
+NARROW_CONV_LANES = 8
+
+
+def conv_lanes(bits: int) -> int:
+    """Lanes each output of a :class:`ConvLanes` convolution accumulates in on ``bits``-wide vectors."""
+    if ONE_VECTOR_CONV_LANES and bits // 32 == NARROW_CONV_LANES:
+        return NARROW_CONV_LANES
+    return CONV_LANES
 
 
 def _conv_out_map(call) -> tuple[int, int] | None:
@@ -490,8 +510,8 @@ def _conv_out_map(call) -> tuple[int, int] | None:
 def _tiny_map_conv(call) -> bool:
     """A float32 NCHW / OIHW conv2d with one group, dilation 1 and static shapes whose output map has 2 to
     :data:`TINY_MAP_MAX_OUTPUTS` elements a channel and whose reduction (input channels x taps) is a multiple of
-    :data:`CONV_LANES` at least :data:`CONV_LANES_MIN_STEPS` times (:data:`WIDE_MAP_MIN_STEPS` times, and
-    :data:`WIDE_MAP_MIN_WORK`, for a map of more than :data:`TINY_MAP_SHORT_OUTPUTS`; :data:`TINY_MAP_LANES_CONV`)."""
+    :func:`conv_lanes` at least :data:`CONV_LANES_MIN_STEPS` times (:data:`WIDE_MAP_MIN_STEPS` times, and enough
+    work, for a map of more than :data:`TINY_MAP_SHORT_OUTPUTS`: :func:`conv_lanes_apply`; :data:`TINY_MAP_LANES_CONV`)."""
     attrs = call.attrs
     data, kernel = call.args
     out_map = _conv_out_map(call)
@@ -506,37 +526,46 @@ def _tiny_map_conv(call) -> bool:
                                  _static_shape(kernel)[0], vector_bits(cpu_target(_call_target(call) or "llvm"))))
 
 
-def conv_lanes_apply(reduction: int, positions: int, c_out: int, bits: int) -> bool:
+def conv_lanes_apply(reduction: int, positions: int, c_out: int, bits: int, lanes: int | None = None) -> bool:
     """Whether a one-group float32 convolution onto ``c_out`` channels of ``positions`` elements, reducing over
     ``reduction`` elements an output (input channels x taps), is :func:`_te_conv2d_lanes`'s (:func:`_tiny_map_conv`)
-    on ``bits``-wide vectors: maps of more than :data:`TINY_MAP_SHORT_OUTPUTS` only with :data:`WIDE_MAP_MIN_BITS`."""
+    on ``bits``-wide vectors, its outputs accumulating in ``lanes`` (default :func:`conv_lanes`): maps of more than
+    :data:`TINY_MAP_SHORT_OUTPUTS` with :data:`WIDE_MAP_MIN_WORK` multiply-adds on :data:`WIDE_MAP_MIN_BITS`, with
+    :data:`NARROW_WIDE_MAP_MIN_WORK` on narrower vectors that hold an output's ``lanes``, else not at all."""
+    lanes = lanes or conv_lanes(bits)
     wide = positions > TINY_MAP_SHORT_OUTPUTS
     steps = WIDE_MAP_MIN_STEPS if wide else CONV_LANES_MIN_STEPS
+    if bits >= WIDE_MAP_MIN_BITS:
+        wide_work = WIDE_MAP_MIN_WORK
+    else:  # narrower vectors: only outputs in one vector each, and long enough
+        wide_work = NARROW_WIDE_MAP_MIN_WORK if lanes == max(bits // 32, 1) else math.inf
     return (TINY_MAP_LANES_CONV and 2 <= positions <= TINY_MAP_MAX_OUTPUTS
-            and reduction % CONV_LANES == 0 and reduction // CONV_LANES >= steps
-            and (not wide or (c_out * positions * reduction >= WIDE_MAP_MIN_WORK and bits >= WIDE_MAP_MIN_BITS)))
+            and reduction % lanes == 0 and reduction // lanes >= steps
+            and (not wide or c_out * positions * reduction >= wide_work))
 
 
-def conv_lanes_tile(c_out: int, positions: int, bits: int) -> tuple[int, int]:
-    """``(uo, up)``: output channels and map positions of a :class:`ConvLanes` tile on ``bits``-wide vectors. All
-    positions; the most channels up to 4 that divide ``c_out`` whose ``uo x up`` vectors of :data:`CONV_LANES`
-    partial sums fit the accumulator budget, with one weight vector per channel and an input vector beside them in
-    the registers (AVX-512: 4 x 4 in 16 of 32 registers; AVX2, two registers a vector: 1 x 4)."""
+def conv_lanes_tile(c_out: int, positions: int, bits: int, lanes: int | None = None) -> tuple[int, int]:
+    """``(uo, up)``: output channels and map positions of a :class:`ConvLanes` tile on ``bits``-wide vectors, each
+    output's partial sums in ``lanes`` (default :func:`conv_lanes`). All positions up to 4; the most channels up to
+    4 that divide ``c_out`` whose ``uo x up`` vectors of partial sums fit the accumulator budget, with one weight
+    vector per channel, an input vector and one register to spare beside them (AVX-512: 4 x 4 in 16 of 32 registers;
+    AVX2: 2 x 4 in one register a vector, 1 x 4 in two; 3 x 4, all 16 registers, ran 48-channel convolutions on
+    the Zen 3 at 0.37-0.74x of 1 x 4 in two)."""
     max_lanes = max(bits // 32, 1)
-    regs = -(-CONV_LANES // max_lanes)
+    regs = -(-(lanes or conv_lanes(bits)) // max_lanes)
     budget, registers = _ACCUMULATORS.get(bits, 12), _REGISTERS.get(bits, 16)
     up = max(_divisors(positions, 4))
     fits = [d for d in _divisors(c_out, 4)
-            if d * up * regs <= budget and (d * up + d + 1) * regs <= registers]
+            if d * up * regs <= budget and (d * up + d + 1) * regs < registers]
     return max(fits or [1]), up
 
 
-def _te_conv2d_lanes(data, kernel, strides, padding):
-    """A convolution as one dot product per output element, along its reduction in :data:`CONV_LANES` lanes.
+def _te_conv2d_lanes(data, kernel, strides, padding, lanes: int = CONV_LANES):
+    """A convolution as one dot product per output element, along its reduction in ``lanes`` lanes.
 
     The reduction runs over ``k = (c, dy, dx)``, along which the OIHW weights of an output channel lie contiguous;
     the input is copied once a call into ``im2col[b, y, x, k]`` (the padded input at the taps of output ``(y, x)``:
-    a few KiB for a 2x2 map), contiguous along ``k`` too. ``conv2d_lanes`` keeps :data:`CONV_LANES` partial sums per
+    a few KiB for a 2x2 map), contiguous along ``k`` too. ``conv2d_lanes`` keeps ``lanes`` partial sums per
     output (lane ``l`` sums ``k = l, l + L, ...``); ``conv2d_nchw`` adds them up. :class:`ConvLanes` tiles the output
     channels by the map positions, every partial sum in a register."""
     n, c_in, h, w = (int(v) for v in data.shape)
@@ -544,7 +573,7 @@ def _te_conv2d_lanes(data, kernel, strides, padding):
     top, left, bottom, right = padding
     sy, sx = strides
     ho, wo = (h + top + bottom - kh) // sy + 1, (w + left + right - kw) // sx + 1
-    taps, lanes = kh * kw, CONV_LANES
+    taps = kh * kw
     source = data
     if any(padding):
         zero = tirx.const(0.0, data.dtype)
@@ -652,7 +681,9 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
         def lanes_or_flat(call):
             if TINY_MAP_LANES_CONV and _tiny_map_conv(call):
                 strides = tuple(int(v) for v in call.attrs.strides)
-                return lambda data, kernel: _te_conv2d_lanes(data, kernel, strides, _padding4(call.attrs.padding))
+                lanes = conv_lanes(vector_bits(cpu_target(_call_target(call) or "llvm")))
+                return lambda data, kernel: _te_conv2d_lanes(data, kernel, strides, _padding4(call.attrs.padding),
+                                                             lanes)
             return lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding))
 
         shaped["relax.nn.conv2d"] = legalized(
@@ -1648,7 +1679,7 @@ class DotProduct(RowReduction):
 class ConvLanes(CPUScheduleRule):
     """A convolution legalized as dot products per output (:func:`_te_conv2d_lanes`: blocks ``im2col``,
     ``conv2d_lanes``, ``conv2d_nchw``). A tile of ``uo`` output channels by ``up`` map positions (all of a 2x2
-    map's 4) accumulates ``uo x up`` vectors of :data:`CONV_LANES` partial sums in registers along the reduction,
+    map's 4) accumulates ``uo x up`` vectors of :func:`conv_lanes` partial sums in registers along the reduction,
     each weight vector read once for the ``up`` positions, each input vector once for the ``uo`` channels; the
     tile adds its lanes up and applies the elementwise epilogue (bias, residual add, ReLU) as it stores. Tiles run
     in parallel where the work pays for a second thread; the padded input and ``im2col`` are their own vectorised
@@ -1670,7 +1701,7 @@ class ConvLanes(CPUScheduleRule):
         max_lanes = max(bits // 32, 1)
         b, o, y, x, lane, ko = sch.get_loops(part)
         c_out, positions = _extent(sch, o), _extent(sch, y) * _extent(sch, x)
-        uo, up = conv_lanes_tile(c_out, positions, bits)
+        uo, up = conv_lanes_tile(c_out, positions, bits, _extent(sch, lane))
         p = sch.fuse(y, x)
         oo, oi = sch.split(o, factors=[None, uo])
         po, pi = sch.split(p, factors=[None, up])
@@ -1689,7 +1720,7 @@ class ConvLanes(CPUScheduleRule):
                 tiled.append(block)
         sch.set_scope(part, 0, "local")
         fused = sch.fuse(b, oo, po)
-        work = c_out * positions * CONV_LANES * (_extent(sch, ko) or 1)
+        work = c_out * positions * (_extent(sch, lane) or 1) * (_extent(sch, ko) or 1)
         if work >= PARALLEL_MIN_WORK["contraction"] and (_extent(sch, fused) or 0) > 1:
             sch.parallel(fused)
         sch.vectorize(lane)

@@ -709,16 +709,20 @@ def _dot_product_run(record: Mapping) -> tuple[int, int] | None:
     return longer[0], stride
 
 
-def _conv_lanes_tile(record: Mapping) -> tuple[int, int, dict] | None:
-    """``(output channels, map positions, {vector bits: whether ConvLanes schedules it there})`` of a convolution
-    anchor that :class:`autoplace.backend.cpu_schedules.ConvLanes` schedules on 256- or 512-bit vectors
-    (:func:`~autoplace.backend.cpu_schedules.conv_lanes_apply`: one group, NCHW, a 4x4 or smaller output map), else
-    None; None too for a record timed before schedule version 16 (its kernel ran in vectors of the output row)."""
+def _conv_lanes_tile(record: Mapping) -> tuple[int, int, dict, dict] | None:
+    """``(output channels, map positions, {vector bits: whether ConvLanes schedules it there}, {vector bits: lanes an
+    output accumulates in})`` of a convolution anchor that :class:`autoplace.backend.cpu_schedules.ConvLanes`
+    schedules on 256- or 512-bit vectors (:func:`~autoplace.backend.cpu_schedules.conv_lanes_apply`: one group, NCHW,
+    a 4x4 or smaller output map), else None; None too for a record timed before schedule version 16 (its kernel ran
+    in vectors of the output row). A version 16 record's outputs accumulated in 16 lanes on AVX2 too."""
     from ..backend import cpu_schedules
 
     version = _get(record, "cpu_schedule", None)
-    if isinstance(version, (int, float, np.integer, np.floating)) and np.isfinite(version) and version < 16:
+    known = isinstance(version, (int, float, np.integer, np.floating)) and np.isfinite(version)
+    if known and version < 16:
         return None
+    lanes = {bits: cpu_schedules.CONV_LANES if known and version < 17 else cpu_schedules.conv_lanes(bits)
+             for bits in (256, 512)}
     op = str(_get(record, "anchor_op", ""))
     if op_class(op) != "conv" or short_name(op) != "conv2d":
         return None
@@ -728,20 +732,22 @@ def _conv_lanes_tile(record: Mapping) -> tuple[int, int, dict] | None:
     if geo is None or geo["layout"] != "NCHW" or geo["groups"] != 1 or any(d != 1 for d in geo["dil"]):
         return None
     positions = int(np.prod(geo["out"]))
-    applies = {bits: cpu_schedules.conv_lanes_apply(geo["c"] * int(np.prod(geo["ksp"])), positions, geo["cout"], bits)
+    applies = {bits: cpu_schedules.conv_lanes_apply(geo["c"] * int(np.prod(geo["ksp"])), positions, geo["cout"], bits,
+                                                    lanes[bits])
                for bits in (256, 512)}
-    return (geo["cout"], positions, applies) if any(applies.values()) else None
+    return (geo["cout"], positions, applies, lanes) if any(applies.values()) else None
 
 
-def _conv_lanes_features(c_out: int, positions: int, bits_list=(256, 512)) -> dict:
+def _conv_lanes_features(c_out: int, positions: int, lanes: Mapping | None = None, bits_list=(256, 512)) -> dict:
     """The :data:`SCHEDULE_FEATURES` (of ``bits_list``'s widths) of a :class:`autoplace.backend.cpu_schedules.ConvLanes`
-    convolution: full vectors of partial sums, a tile of ``uo x up`` of them
-    (:func:`~autoplace.backend.cpu_schedules.conv_lanes_tile`) reading ``uo + up`` vectors a step."""
+    convolution whose outputs accumulate in ``lanes[bits]`` (default the current rules'): full vectors of partial
+    sums, a tile of ``uo x up`` of them (:func:`~autoplace.backend.cpu_schedules.conv_lanes_tile`) reading ``uo + up``
+    vectors a step."""
     from ..backend.cpu_schedules import conv_lanes_tile
 
     feats = dict(sched_row_pad=0.0, sched_col_pad=0.0, sched_v_stride=1.0)
     for bits in bits_list:
-        uo, up = conv_lanes_tile(c_out, positions, bits)
+        uo, up = conv_lanes_tile(c_out, positions, bits, (lanes or {}).get(bits))
         feats[f"sched_lane_use_{bits}"] = 1.0
         feats[f"sched_loads_{bits}"] = (uo + up) / (uo * up)
         feats[f"sched_tail_{bits}"] = 0.0
@@ -794,7 +800,7 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
     except (IndexError, ValueError, TypeError, ZeroDivisionError, KeyError):
         lanes_tile = None
     if lanes_tile is not None and all(lanes_tile[2].values()):
-        return _conv_lanes_features(*lanes_tile[:2])
+        return _conv_lanes_features(lanes_tile[0], lanes_tile[1], lanes_tile[3])
     from ..backend.cpu_schedules import _ACCUMULATORS, _REGISTERS, Contraction
 
     e_v, e_u, v_stride = axes
@@ -822,7 +828,8 @@ def _schedule_features(record: Mapping, dtype_bits: int) -> dict:
         feats[f"sched_rows_{bits}"] = float(plan["ut"])
         feats[f"sched_odd_{bits}"] = float(plan["odd"])
     if lanes_tile is not None:  # a 4x4 map: ConvLanes on AVX-512, the register tile on AVX2
-        lanes = _conv_lanes_features(*lanes_tile[:2], bits_list=[b for b, ok in lanes_tile[2].items() if ok])
+        lanes = _conv_lanes_features(lanes_tile[0], lanes_tile[1], lanes_tile[3],
+                                     bits_list=[b for b, ok in lanes_tile[2].items() if ok])
         feats.update({k: v for k, v in lanes.items() if k.endswith(("_256", "_512"))})
     return feats
 
