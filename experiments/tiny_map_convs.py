@@ -29,7 +29,6 @@ import argparse
 import contextlib
 
 import numpy as np
-
 from dot_products import _flag, describe, models_of
 from results_folder import results_folder
 
