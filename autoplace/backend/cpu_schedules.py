@@ -523,7 +523,7 @@ def _tiny_map_conv(call) -> bool:
             and str(data.ty.dtype) == str(kernel.ty.dtype) == "float32"
             and str(attrs.out_dtype) in ("", "None", "void", "float32")
             and conv_lanes_apply(math.prod(_static_shape(kernel)[1:]), out_map[0] * out_map[1],
-                                 _static_shape(kernel)[0], vector_bits(cpu_target(_call_target(call) or "llvm"))))
+                                 _static_shape(kernel)[0], _call_vector_bits(call)))
 
 
 def conv_lanes_apply(reduction: int, positions: int, c_out: int, bits: int, lanes: int | None = None) -> bool:
@@ -628,6 +628,11 @@ def _call_target(call):
     return None if vdevice is None else vdevice.target
 
 
+def _call_vector_bits(call) -> int:
+    """The vector width of the CPU a call runs on: its vdevice's llvm target, else this host's."""
+    return vector_bits(cpu_target(_call_target(call) or "llvm"))
+
+
 def _call_kind(call) -> str | None:
     target = _call_target(call)
     return None if target is None else str(target.kind.name)
@@ -681,7 +686,7 @@ def cpu_legalize_map(default_kind: str | None = None) -> dict:
         def lanes_or_flat(call):
             if TINY_MAP_LANES_CONV and _tiny_map_conv(call):
                 strides = tuple(int(v) for v in call.attrs.strides)
-                lanes = conv_lanes(vector_bits(cpu_target(_call_target(call) or "llvm")))
+                lanes = conv_lanes(_call_vector_bits(call))
                 return lambda data, kernel: _te_conv2d_lanes(data, kernel, strides, _padding4(call.attrs.padding),
                                                              lanes)
             return lambda data, kernel: _te_conv2d_flat(data, kernel, _padding4(call.attrs.padding))
