@@ -6,7 +6,10 @@ reads (MB per call), those plus every launch's output (``bytes_per_call_mb``, th
 its launches of each kernel's warm, in-model and weights-cold time (``weights_cold_median_us``: in-model with the
 kernel's weights flushed from every cache; a kernel without weights counts its in-model time), plus the VM's
 overheads as the cost table prices them, each as an error against the end-to-end median; and the in-context sum
-where the model was timed so. Then the line the cost table learnt
+where the model was timed so; ``touched_over_l2``, the bytes one call touches (its distinct kernels' weights and every
+launch's output, :func:`autoplace.profile.cache_state.touched_bytes`) over the L2 that timed the kernels in-model; and
+``in_model_share``, the share of the in-model sum's excess over the warm one that the end-to-end time pays
+(0: warm, 1: in-model; only where the two sums differ by 5% or more). Then the line the cost table learnt
 (:meth:`autoplace.cost_model.CostTable._fit_weights_line`): models above it are priced weights-cold.
 
     python experiments/weights_cold_sums.py amd-epyc-f25m1-2c
@@ -21,12 +24,15 @@ import numpy as np
 import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: ``in_model_share`` only where the in-model sum differs from the warm one by this share of it: below, the share of
+#: a difference that small is noise.
+MIN_EXCESS = 0.05
 
 
 def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
     """One row per model of ``table``'s records (a :class:`~autoplace.cost_model.CostTable`) with an end-to-end
     record on ``kind`` whose kernels were all measured."""
-    from autoplace.profile.cache_state import model_runs_in_model
+    from autoplace.profile.cache_state import model_runs_in_model, touched_bytes
 
     df = table.records
     units = df[(df["kind"] == "unit") & (df["target"] == kind)].drop_duplicates(["key"], keep="last")
@@ -53,10 +59,13 @@ def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
                     for t in tags) if timed_cold else np.nan)
         context = table.in_context_times(recs, kind)
         l2 = table.l2_bytes_.get(kind)
+        excess = in_model - warm
         rows.append(dict(
             model=str(rec["key"]), kernels=len(tags), weights_mb=table.weights_per_call(recs) / 1e6,
             bytes_per_call_mb=table.bytes_per_call(recs) / 1e6,
             runs_in_model=bool(l2 is not None and model_runs_in_model(recs, l2)),
+            touched_over_l2=touched_bytes(recs) / l2 if l2 else np.nan,
+            in_model_share=(e2e - fixed - warm) / excess if abs(excess) >= MIN_EXCESS * warm else np.nan,
             weights_cold=bool(table.runs_weights_cold(recs, kind)), e2e_us=e2e,
             warm_err=(warm + fixed) / e2e - 1, in_model_err=(in_model + fixed) / e2e - 1,
             weights_cold_err=(cold + fixed) / e2e - 1,
