@@ -89,8 +89,9 @@ class OptimizeResult:
         ops, predicted compute time and memory, and ``cache``: ``"in-context"`` where the kernels were priced by
         their times inside this model (:mod:`autoplace.profile.in_context`), ``"weights-cold"`` where as a model
         whose weights outgrow the caches runs them (weights from memory), ``"in-model"`` where as a model larger
-        than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`); plus copies (a
-        DataFrame)."""
+        than the L2 runs them, ``"warm"`` otherwise (:mod:`autoplace.profile.cache_state`), and with
+        ``"in-model"`` ``in_model_share``, the share of the kernels' in-model excess over their warm times priced in
+        (:func:`~autoplace.profile.cache_state.in_model_share`); plus copies (a DataFrame)."""
         import pandas as pd
 
         from .cost_model.table import plan_band
@@ -98,6 +99,7 @@ class OptimizeResult:
         rows = []
         per = self.plan.per_target()
         in_model = self.view.graph.graph.get("in_model", {})
+        in_model_share = self.view.graph.graph.get("in_model_share", {})
         in_context = self.view.graph.graph.get("in_context", {})
         weights_cold = self.view.graph.graph.get("weights_cold", {})
         for t in self.targets:
@@ -112,11 +114,14 @@ class OptimizeResult:
                              compute_hi_us=own["band_hi_us"], memory_MB=info["memory_bytes"] / 1e6,
                              cache=("in-context" if in_context.get(self.targets[t].kind)
                                     else "weights-cold" if weights_cold.get(self.targets[t].kind)
-                                    else "in-model" if in_model.get(self.targets[t].kind) else "warm")))
+                                    else "in-model" if in_model.get(self.targets[t].kind) else "warm"),
+                             in_model_share=(in_model_share.get(self.targets[t].kind, math.nan)
+                                             if in_model.get(self.targets[t].kind) and not in_context.get(
+                                                 self.targets[t].kind) else math.nan)))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
                          compute_us=sum(c.latency_us for c in copies), compute_lo_us=None, compute_hi_us=None,
-                         memory_MB=sum(c.nbytes for c in copies) / 1e6, cache=None))
+                         memory_MB=sum(c.nbytes for c in copies) / 1e6, cache=None, in_model_share=None))
         return pd.DataFrame(rows).set_index("target")
 
     # ------------------------------------------------------------------ how sure

@@ -9,7 +9,9 @@ overheads as the cost table prices them, each as an error against the end-to-end
 where the model was timed so; ``touched_over_l2``, the bytes one call touches (its distinct kernels' weights and every
 launch's output, :func:`autoplace.profile.cache_state.touched_bytes`) over the L2 that timed the kernels in-model; and
 ``in_model_share``, the share of the in-model sum's excess over the warm one that the end-to-end time pays
-(0: warm, 1: in-model; only where the two sums differ by 5% or more). Then the line the cost table learnt
+(0: warm, 1: in-model; only where the two sums differ by 5% or more), beside the share the cost table prices
+(``share_rule``, :func:`autoplace.profile.cache_state.in_model_share`: ``1 - L2 / touched``) and the error of the
+sum so (``share_err``). Then the line the cost table learnt
 (:meth:`autoplace.cost_model.CostTable._fit_weights_line`): models above it are priced weights-cold.
 
     python experiments/weights_cold_sums.py amd-epyc-f25m1-2c
@@ -32,7 +34,7 @@ MIN_EXCESS = 0.05
 def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
     """One row per model of ``table``'s records (a :class:`~autoplace.cost_model.CostTable`) with an end-to-end
     record on ``kind`` whose kernels were all measured."""
-    from autoplace.profile.cache_state import model_runs_in_model, touched_bytes
+    from autoplace.profile.cache_state import in_model_share, model_runs_in_model, touched_bytes
 
     df = table.records
     units = df[(df["kind"] == "unit") & (df["target"] == kind)].drop_duplicates(["key"], keep="last")
@@ -60,12 +62,14 @@ def model_sums(table, kind: str = "llvm") -> pd.DataFrame:
         context = table.in_context_times(recs, kind)
         l2 = table.l2_bytes_.get(kind)
         excess = in_model - warm
+        share = in_model_share(recs, l2)
         rows.append(dict(
             model=str(rec["key"]), kernels=len(tags), weights_mb=table.weights_per_call(recs) / 1e6,
             bytes_per_call_mb=table.bytes_per_call(recs) / 1e6,
             runs_in_model=bool(l2 is not None and model_runs_in_model(recs, l2)),
             touched_over_l2=touched_bytes(recs) / l2 if l2 else np.nan,
             in_model_share=(e2e - fixed - warm) / excess if abs(excess) >= MIN_EXCESS * warm else np.nan,
+            share_rule=share, share_err=(warm + share * excess + fixed) / e2e - 1,
             weights_cold=bool(table.runs_weights_cold(recs, kind)), e2e_us=e2e,
             warm_err=(warm + fixed) / e2e - 1, in_model_err=(in_model + fixed) / e2e - 1,
             weights_cold_err=(cold + fixed) / e2e - 1,

@@ -757,9 +757,13 @@ def test_a_measured_kernel_is_priced_by_its_times_in_context_in_the_profiles_oth
     table = CostTable(records)
     assert table.in_context_elsewhere_ == {("a", "llvm"): 24.0, ("b", "llvm"): 17.0, ("c", "llvm"): 14.0}
     new = [unit("a", 4 << 20), unit("c"), unit("d"), unit("a", 4 << 20)]  # a model no record timed
-    priced = table.latencies(new, "llvm")
+    priced = table.latencies(new, "llvm", in_model=True)
     assert priced["in_model"].all() and not priced["in_context"].any()
     assert priced["latency_us"].tolist() == [24.0, 14.0, 12.0, 24.0]  # d: no other model launched it
+    # by default a model pays the share of those times' excess over the warm ones that the L2 cannot hold
+    share = 1 - (1 << 20) / ((4 << 20) + 4 * 1024)
+    assert table.latencies(new, "llvm")["latency_us"].tolist() == pytest.approx(
+        [10 + 14 * share, 10 + 4 * share, 10 + 2 * share, 10 + 14 * share])
     assert table.latencies(new, "llvm", in_model=False)["latency_us"].tolist() == [10.0] * 4
 
 
@@ -1020,7 +1024,9 @@ def test_models_whose_weights_outgrow_the_caches_are_priced_with_their_weights_f
     priced = table.latencies(big, "llvm")
     assert priced["weights_cold"].all() and list(priced["latency_us"]) == [210.0, 210.0, 160.0, 110.0]
     small = table.latencies([unit("w2", 2), unit("act", 0)], "llvm")
-    assert not small["weights_cold"].any() and list(small["latency_us"]) == [110.0, 110.0]
+    # in-model, paying the share of the 10 us in-model excess its 1 MB L2 cannot hold of its 2 MB: about half
+    share = 1 - mb / (2 * mb + 2 * 4096)
+    assert not small["weights_cold"].any() and small["latency_us"].tolist() == pytest.approx([100 + 10 * share] * 2)
     # a kernel the profile timed in-model only: its weights' memory time from the other kernels' (10 us per MB)
     untimed = unit("w8", 8, cold=False)
     table = CostTable(pd.DataFrame(units + runs + [untimed]))

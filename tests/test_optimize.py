@@ -479,13 +479,16 @@ def test_a_plan_reading_more_weights_than_the_caches_keep_is_priced_and_labelled
         launch = result.costs.launch_us("llvm:0")
         costs[model.name] = result.summary().loc["cpu", "cache"], {
             u.weight_bytes: result.view.graph.nodes[u.nodes[-1]]["latency_us"]["cpu"] - launch
-            for u in extract_units(model, "llvm") if u.nodes}
-    cache_of_big, big_us = costs[big.name]
-    assert cache_of_big == "weights-cold"
+            for u in extract_units(model, "llvm") if u.nodes}, result.costs.in_model_share(
+                extract_units(model, "llvm"), "llvm"), result.summary().loc["cpu", "in_model_share"]
+    cache_of_big, big_us, _, priced_share = costs[big.name]
+    assert cache_of_big == "weights-cold" and priced_share == 1.0  # weights-cold: all of the in-model excess
     assert big_us[16 * kb] == pytest.approx(110.0 + 10.0 * 16)  # each matmul: its 16 KB read from memory
-    cache_of_small, small_us = costs[small.name]
-    assert cache_of_small == "in-model"
-    assert small_us[kb] == pytest.approx(110.0)  # each matmul in-model: its 1 KB stays in the caches
+    cache_of_small, small_us, share, priced_share = costs[small.name]
+    assert cache_of_small == "in-model" and 0 < share < 1 and priced_share == pytest.approx(share)
+    # each matmul in-model: its 1 KB stays in the caches; the model pays the share of the 10 us in-model excess
+    # that the L2 cannot hold
+    assert small_us[kb] == pytest.approx(100.0 + 10.0 * share)
 
 
 def test_measure_auto_times_again_what_only_a_slow_host_read(tmp_path, monkeypatch):

@@ -940,12 +940,13 @@ def test_weights_cold_rounds_read_in_a_slow_phase_scale_the_calm_in_model_time()
 
 def test_cost_tables_price_models_larger_than_the_l2_in_model():
     """A model that touches more bytes per call than the L2 that timed its kernels is priced with the kernels'
-    in-model times, measured or (scaled by its op class's measured ratio) predicted; a small one warm, and so is
-    a model of one kernel."""
+    in-model times, measured or (scaled by its op class's measured ratio) predicted, paying the share of their
+    excess over the warm times that the L2 cannot hold (``1 - L2 / touched bytes``; all of it with
+    ``in_model=True``); a small one warm, and so is a model of one kernel."""
     import pandas as pd
 
     from autoplace.cost_model import CostTable
-    from autoplace.profile.cache_state import IN_MODEL_TIMING, touched_bytes
+    from autoplace.profile.cache_state import IN_MODEL_TIMING, in_model_share, touched_bytes
     from autoplace.profile.in_context import IN_CONTEXT_TIMING
 
     class Warm:  # a cost model that prices every kernel at 20 us (warm)
@@ -971,14 +972,21 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     assert touched_bytes(small) == 601_000 + 3000 and touched_bytes(big) == 1_201_000 + 4000
     warm = table.latencies(small, "llvm")
     assert list(warm["latency_us"]) == [10.0, 2.0, 2.0] and not warm["in_model"].any()
+    assert in_model_share(small, 1 << 20) == table.in_model_share(small, "llvm") == 0.0
+    share = 1 - (1 << 20) / 1_205_000  # 0.13: big outgrows the L2 by 15%
+    assert table.in_model_share(big, "llvm") == pytest.approx(share)
     cold = table.latencies(big, "llvm")
-    assert list(cold["latency_us"]) == [15.0, 2.0, 2.0, 30.0] and cold["in_model"].all()
+    assert cold["latency_us"].tolist() == pytest.approx([10 + 5 * share, 2.0, 2.0, 20 + 10 * share])
+    assert cold["in_model"].all() and cold["in_model_share"].tolist() == pytest.approx([share] * 4)
     assert list(cold["source"]) == ["measured"] * 3 + ["predicted"]
+    assert list(table.latencies(big, "llvm", in_model=True)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
     assert list(table.latencies(big, "llvm", in_model=False)["latency_us"]) == [10.0, 2.0, 2.0, 20.0]
     # A model of one kernel finds its data where the kernel's warm timing leaves it, however large.
     alone = [dict(records[2], weight_bytes=4 << 20)] * 2
     assert list(table.latencies(alone, "llvm")["latency_us"]) == [40.0, 40.0]
-    assert list(table.latencies(alone + [records[1]], "llvm")["latency_us"]) == [60.0, 60.0, 2.0]
+    share = 1 - (1 << 20) / ((4 << 20) + 1000 + 3 * 1000)  # 0.75: c's weights, b's, three outputs
+    assert table.latencies(alone + [records[1]], "llvm")["latency_us"].tolist() == pytest.approx(
+        [40 + 20 * share] * 2 + [2.0])
     # A model whose kernels were timed inside it (a record with the same kernels in the same launch order) is
     # priced by those times, in-model or not; another order, or in_context=False, is priced as before.
     timed = CostTable(pd.DataFrame(records + [dict(kind="model", key="m", target="llvm", status="ok", median_us=60.0,
@@ -988,8 +996,10 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
     ctx = timed.latencies(big, "llvm")
     assert list(ctx["latency_us"]) == [12, 3, 2.5, 31] and ctx["in_context"].all() and not ctx["in_model"].any()
     assert list(ctx["source"]) == ["measured"] * 4 and list(ctx["band_hi_us"]) == [12, 3, 2.5, 31]
-    assert list(timed.latencies(big[::-1], "llvm")["latency_us"]) == [30.0, 2.0, 2.0, 15.0]
-    assert list(timed.latencies(big, "llvm", in_context=False)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
+    share = 1 - (1 << 20) / 1_205_000
+    assert timed.latencies(big[::-1], "llvm")["latency_us"].tolist() == pytest.approx(
+        [20 + 10 * share, 2.0, 2.0, 10 + 5 * share])
+    assert list(timed.latencies(big, "llvm", in_model=True, in_context=False)["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
     assert timed.in_context_tried(big, "llvm") and not timed.in_context_tried(big[::-1], "llvm")
     # Several records of one model's kernels (a profile's, then measure="auto"'s in the user's folder) are rounds of
     # one timing: the rounds within 10% of the fastest sum count, so a newer record timed in a slow phase (the
@@ -1017,7 +1027,8 @@ def test_cost_tables_price_models_larger_than_the_l2_in_model():
                                                     unit_keys=["a", "b", "b", "a2"], in_context_error="no match",
                                                     in_context_timing=IN_CONTEXT_TIMING)]), model=Warm())
     assert failed.in_context_tried(big, "llvm") and failed.in_context_times(big, "llvm") is None
-    assert list(failed.latencies(big, "llvm")["latency_us"]) == [15.0, 2.0, 2.0, 30.0]
+    assert failed.latencies(big, "llvm")["latency_us"].tolist() == pytest.approx(
+        [10 + 5 * share, 2.0, 2.0, 20 + 10 * share])
     # A profile without in-model timings prices everything warm.
     plain = CostTable(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith(("in_model", "l2"))}
                                     for r in records]), model=Warm())

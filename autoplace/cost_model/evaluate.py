@@ -399,6 +399,8 @@ def leave_one_family_out(
                 in_model = table.runs_in_model([row_of[k] for k in keys], kind)
                 # ... and weights-cold when its bytes per call outgrow the line the training models set
                 cold = in_model and table.runs_weights_cold([row_of[k] for k in keys], kind)
+                # ... paying the share of the in-model excess its L2 cannot hold (all of it weights-cold)
+                share = 1.0 if cold else table.in_model_share([row_of[k] for k in keys], kind) if in_model else 0.0
                 if in_model and not in_model_fits:
                     in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
                                                           calibrate_with=runs_left if bands else None,
@@ -410,7 +412,8 @@ def leave_one_family_out(
                 pure_in = in_model_fits.get("pure") if in_model else None
                 if in_model:
                     table.in_model_model = in_model_fits["look"]
-                look_df = table.latencies(recs, kind, in_model=in_model, in_context=False, weights_cold=cold)
+                look_df = table.latencies(recs, kind, in_model=in_model, in_model_share=share, in_context=False,
+                                          weights_cold=cold)
                 pred_look = dict(zip(distinct, look_df["latency_us"]))
                 source = dict(zip(distinct, look_df["source"]))
                 meas = np.array([measured[k] for k in distinct])
@@ -458,7 +461,12 @@ def leave_one_family_out(
                     if bands:
                         e2e_band_lo = {k: band_lo[k] * factor[k] for k in distinct}
                         e2e_band_hi = {k: band_hi[k] * factor[k] for k in distinct}
-                e2e_measured = {k: measured_in_model.get(k, measured[k]) if in_model else measured[k]
+                if in_model and share < 1.0:  # the share of the excess over the warm prices it pays, bands alike
+                    e2e_pred_pure = {k: pred_pure[k] + share * (v - pred_pure[k]) for k, v in e2e_pred_pure.items()}
+                    if bands:
+                        e2e_band_lo = {k: band_lo[k] + share * (v - band_lo[k]) for k, v in e2e_band_lo.items()}
+                        e2e_band_hi = {k: band_hi[k] + share * (v - band_hi[k]) for k, v in e2e_band_hi.items()}
+                e2e_measured = {k: measured[k] + share * (measured_in_model.get(k, measured[k]) - measured[k])
                                 for k in distinct}
                 if cold:  # the weights' memory time: measured where timed (oracle), else as the table adds it
                     extra = {k: table.weights_cold_extra_us(kind, row_of[k]) for k in distinct}
@@ -469,6 +477,7 @@ def leave_one_family_out(
                             e2e_band_lo[k] += extra[k]
                             e2e_band_hi[k] += extra[k]
                 row["in_model"] = bool(in_model)
+                row["in_model_share"] = float(share)
                 row["weights_cold"] = bool(cold)
                 row["weights_per_call_mb"] = table.weights_per_call([row_of[k] for k in keys]) / 1e6
                 row["bytes_per_call_mb"] = table.bytes_per_call([row_of[k] for k in keys]) / 1e6

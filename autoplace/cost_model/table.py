@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..profile.cache_state import finite_or_zero, model_runs_in_model
+from ..profile.cache_state import finite_or_zero, in_model_share, model_runs_in_model
 from ..profile.rounds import fastest_round_indices
 from ..targets import kind_of_label
 from .cost_model import BAND_TABLE_VERSION, CostModel, create, load, record_op_class
@@ -50,7 +50,7 @@ UNSUPPORTED = "unsupported"
 
 #: Columns of :meth:`CostTable.latencies`.
 LATENCY_COLUMNS = ["key", "target", "latency_us", "source", "unseen_ops", "op_class", "band_lo_us", "band_hi_us",
-                   "in_model", "in_context", "weights_cold"]
+                   "in_model", "in_model_share", "in_context", "weights_cold"]
 
 #: Rules for adding per-kernel error bands up to a plan's band (:func:`plan_band`):
 #:
@@ -167,8 +167,9 @@ def fit_vm_overhead(records: pd.DataFrame, kind: str, probe: dict, *, in_context
         if not isinstance(keys, list) or not keys or any(str(k) not in measured for k in keys):
             continue
         times = measured
-        if in_model and model_runs_in_model([by_key[str(k)] for k in keys], l2):
-            times = {k: in_model.get(k, us) for k, us in measured.items()}  # as the cost table prices it
+        share = in_model_share([by_key[str(k)] for k in keys], l2) if in_model else 0.0
+        if share > 0:  # as the cost table prices it
+            times = {k: us + share * (in_model.get(k, us) - us) for k, us in measured.items()}
         kernels = sum(times[str(k)] for k in keys) + alloc_us + inputs_us
         rows.append((float(e2e), kernels, len(keys), weights))
     if len(rows) < MIN_OVERHEAD_RUNS or sum(r[2] > 1 for r in rows) < 3:
@@ -467,7 +468,7 @@ class CostTable:
         """
         if "unit_keys" not in df:
             return
-        from ..profile.cache_state import bytes_per_call, model_runs_in_model
+        from ..profile.cache_state import bytes_per_call
 
         units = df[df["kind"] == "unit"]
         weight_of = {(str(k), str(t)): finite_or_zero(w) for k, t, w in
@@ -629,10 +630,15 @@ class CostTable:
         it touches more bytes per call than the L2 that timed its kernels and launches more than one kernel
         (:func:`~autoplace.profile.cache_state.model_runs_in_model`). False when the profile has no
         in-model timing for that kind."""
-        from ..profile.cache_state import model_runs_in_model
-
         kind = kind_of_label(target_kind)
         return kind in self.l2_bytes_ and model_runs_in_model(as_records(list(units)), self.l2_bytes_[kind])
+
+    def in_model_share(self, units, target_kind: str) -> float:
+        """The share of its kernels' in-model excess over their warm times that a model of these kernels (all of
+        them, in launch order) pays on a target kind: ``1 - L2 / touched bytes`` where it :meth:`runs_in_model`,
+        0 elsewhere (:func:`~autoplace.profile.cache_state.in_model_share`)."""
+        kind = kind_of_label(target_kind)
+        return in_model_share(as_records(list(units)), self.l2_bytes_[kind]) if kind in self.l2_bytes_ else 0.0
 
     def _fit_overheads(self, df: pd.DataFrame) -> None:
         """Replace the probed VM overheads with :func:`fit_vm_overhead`, once per target kind (the end-to-end
@@ -762,7 +768,7 @@ class CostTable:
         return float(frame["latency_us"].iloc[0]), str(frame["source"].iloc[0])
 
     def latencies(self, units, target_kind: str | None = None, *, graph=None,
-                  in_model: bool | None = None, in_context: bool = True,
+                  in_model: bool | None = None, in_model_share: float | None = None, in_context: bool = True,
                   weights_cold: bool | None = None) -> pd.DataFrame:
         """:meth:`unit_latency_us` for many units at once (one model call), with error bands.
 
@@ -773,6 +779,11 @@ class CostTable:
         without one scaled by the measured in-model / warm ratio of its op class and size
         (:meth:`in_model_factor`). Default (None): when ``units`` (taken as one model's kernels)
         :meth:`runs_in_model`, per target kind.
+
+        ``in_model_share``: of a kernel priced in-model, the share of its in-model price's excess over its warm
+        price that it pays: ``warm + share * (in-model - warm)``, bands alike. Default (None): with ``in_model``
+        None, :meth:`in_model_share` of ``units`` (a model a little larger than its L2 keeps most of its data there
+        from one call to the next); with ``in_model=True``, 1. A kernel priced weights-cold pays all of it.
 
         ``in_context`` (default True): when ``units`` are all the kernels of a model on a target kind, in launch
         order, and the profile timed them inside that model (:attr:`in_context_`), each is priced by its
@@ -813,13 +824,18 @@ class CostTable:
         cold_of = {t: in_model_of[t] and (self.runs_weights_cold([r for r, k in zip(recs, targets_of) if k == t], t)
                                           if weights_cold is None else bool(weights_cold))
                    for t in set(targets_of)}
+        share_of = {t: (0.0 if not in_model_of[t] else 1.0 if cold_of[t]
+                        else float(np.clip(in_model_share, 0.0, 1.0)) if in_model_share is not None
+                        else 1.0 if in_model is not None
+                        else self.in_model_share([r for r, k in zip(recs, targets_of) if k == t], t))
+                    for t in set(targets_of)}
         position = dict.fromkeys(context_of, 0)
         for i, (rec, target) in enumerate(zip(recs, targets_of)):
             key = str(rec.get("key", ""))
             row = dict(key=key, target=target, latency_us=math.nan, source="", unseen_ops=[],
                        op_class=record_op_class(rec), band_lo_us=math.nan, band_hi_us=math.nan,
-                       in_model=in_model_of[target], in_context=context_of[target] is not None,
-                       weights_cold=cold_of[target])
+                       in_model=in_model_of[target], in_model_share=share_of[target],
+                       in_context=context_of[target] is not None, weights_cold=cold_of[target])
             if row["in_context"]:
                 us = context_of[target][position[target]]
                 position[target] += 1
@@ -839,6 +855,9 @@ class CostTable:
                                           else self.weights_cold_extra_us(target, rec))
                 elif elsewhere is not None:
                     us = elsewhere
+                if row["in_model"]:  # the share of the excess over its warm time a model this size pays
+                    warm = self.measured_[(key, target)]
+                    us = warm + row["in_model_share"] * (us - warm)
                 row.update(latency_us=us, source=MEASURED, band_lo_us=us, band_hi_us=us)
             elif (key, target) in self.unsupported_:
                 row.update(latency_us=math.inf, source=UNSUPPORTED, band_lo_us=math.inf, band_hi_us=math.inf)
@@ -857,6 +876,7 @@ class CostTable:
             lat, lo, hi = np.empty(len(todo)), np.full(len(todo), np.nan), np.full(len(todo), np.nan)
             unseen = [None] * len(todo)
             scaled = np.zeros(len(todo), dtype=bool)  # warm predictions to scale by in_model_factor
+            warm = {}  # {j: (warm prediction, its band factors)} of kernels that pay a share of the in-model excess
             for tgt in sorted(set(targets)):
                 idx = [j for j, t in enumerate(targets) if t == tgt]
                 part = [sub[j] for j in idx]
@@ -872,9 +892,25 @@ class CostTable:
                     unseen[j] = ops
                 if hasattr(model, "band_factors"):
                     lo[idx], hi[idx] = model.band_factors(part, target=tgt, predicted=lat[idx], unseen=part_unseen)
+                if in_model_of[tgt] and share_of[tgt] < 1.0:
+                    if model is self.model:
+                        warm.update({j: (lat[j], lo[j], hi[j]) for j in idx})
+                    else:
+                        w = self.model.predict(part, target=tgt)
+                        w_lo, w_hi = (self.model.band_factors(part, target=tgt, predicted=w,
+                                                              unseen=self.model.unseen_ops(part, target=tgt))
+                                      if hasattr(self.model, "band_factors") else (np.full(len(idx), np.nan),) * 2)
+                        warm.update({j: (w[n], w_lo[n], w_hi[n]) for n, j in enumerate(idx)})
             for j, i in enumerate(todo):
                 if scaled[j]:
                     lat[j] *= self.in_model_factor(rows[i]["target"], rows[i]["op_class"], lat[j])
+                if j in warm:  # the share of the excess over its warm price a model this size pays (bands alike)
+                    share, (w, w_lo, w_hi) = rows[i]["in_model_share"], warm[j]
+                    blended = w + share * (lat[j] - w)
+                    if blended > 0:
+                        lo[j] = ((1 - share) * w * w_lo + share * lat[j] * lo[j]) / blended
+                        hi[j] = ((1 - share) * w * w_hi + share * lat[j] * hi[j]) / blended
+                    lat[j] = blended
                 if rows[i]["weights_cold"]:  # the band moves with it: the weights' time is added, not scaled
                     extra = self.weights_cold_extra_us(rows[i]["target"], sub[j])
                     lo[j], hi[j] = (lo[j] * lat[j] + extra) / (lat[j] + extra), (hi[j] * lat[j] + extra) / (lat[j] + extra)

@@ -167,10 +167,12 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
     by_nodes = {kind: {frozenset(u.nodes): u for u in units if u.nodes} for kind, units in units_by_kind.items()}
     computed = {kind: {n for u in units for n in u.nodes} for kind, units in units_by_kind.items()}
     # One cost query per target kind: measured where profiled, predicted by the cost model elsewhere.
-    priced, in_model, in_context, weights_cold = {}, {}, {}, {}
+    priced, in_model, in_model_share, in_context, weights_cold = {}, {}, {}, {}, {}
     for kind, units in units_by_kind.items():
         frame = costs.latencies(units, kind, graph=graph)
         in_model[kind] = bool(frame["in_model"].any()) if "in_model" in frame else False
+        if in_model[kind] and "in_model_share" in frame:
+            in_model_share[kind] = float(frame["in_model_share"].max())
         in_context[kind] = bool(len(frame) and frame["in_context"].all()) if "in_context" in frame else False
         weights_cold[kind] = bool(frame["weights_cold"].any()) if "weights_cold" in frame else False
         lo = frame["band_lo_us"] if "band_lo_us" in frame else frame["latency_us"]
@@ -178,7 +180,8 @@ def unit_graph(graph: nx.DiGraph, units_by_kind: dict, costs, targets) -> UnitGr
         op_class = frame["op_class"] if "op_class" in frame else [""] * len(frame)
         for unit, lat, src, low, high, cls in zip(units, frame["latency_us"], frame["source"], lo, hi, op_class):
             priced[(id(unit), kind)] = (float(lat), str(src), float(low), float(high), str(cls))
-    view = nx.DiGraph(in_model=in_model, in_context=in_context, weights_cold=weights_cold)
+    view = nx.DiGraph(in_model=in_model, in_model_share=in_model_share, in_context=in_context,
+                      weights_cold=weights_cold)
     host = targets.host.name
     host_kind = targets.host.kind
     for n, d in graph.nodes(data=True):

@@ -12,6 +12,7 @@ The profiler times CPU kernels both ways (:func:`register_in_model_preproc`, ``i
 their records) and a cost table prices a model's kernels with the in-model time when the model touches
 more bytes per call than the L2 of its cores holds (:func:`model_runs_in_model`), warm otherwise
 (small models stay in L2 from one call to the next; a model of one kernel finds it as its warm timing leaves it).
+Between the two, a model pays the share of the in-model excess that its L2 cannot hold (:func:`in_model_share`).
 """
 
 from __future__ import annotations
@@ -125,6 +126,30 @@ def bytes_per_call(units) -> int:
     ``units``: as :func:`touched_bytes`.
     """
     return sum(weight + out for _, weight, out in map(_launch_bytes, units))
+
+
+def in_model_share(units, l2_total_bytes: int | None) -> float:
+    """The share of its kernels' in-model excess (in-model time less warm time) a model pays in one call: the share
+    of the bytes it touches (:func:`touched_bytes`) that its L2 cannot hold, ``1 - L2 / touched``, where it runs
+    in-model (:func:`model_runs_in_model`); 0 where it does not.
+
+    The in-model time evicts every byte of the L2 before each kernel; a model a little larger than its L2 keeps
+    most of its data there from one call to the next, so it pays a part of that, growing with how far it outgrows
+    the L2. Measured as ``(end to end - VM probe - warm sum) / (in-model sum - warm sum)`` over the models whose
+    two sums differ by 5% or more (session 69, ``experiments/weights_cold_sums.py``, ``in_model_share``): the AMD
+    Zen 3's mobilenetv2 at 1.05x its L2 paid 0.46 of it (this rule: 0.05), cnn-base on the Xeon f6m167 at 1.56x
+    paid 0.20 (0.36), inception-base on both Xeons at 2.61x 0.75 and 0.86 (0.62), convnext-base on the Zen 3 at
+    4.73x 0.72 (0.79), bert-base on both Xeons at 5.36x 0.56 and 0.84 (0.81). Over the 60 models of the five CPU
+    profiles that run in-model, their measured kernels priced so (and the VM's overheads fitted so) sum to within
+    15.6% of their end-to-end times on the Zen 3 (in-model 19.0%: mobilenetv2; warm 17.3%), 4.9% and 3.6% on the
+    Xeons (in-model 8.5 and 4.1%, warm 15.8 and 21.1%), 9.1% on the Zen 5 (8.5%, warm 11.6%) and 18.0% on the
+    Zen 4 (18.3%, warm 17.6%); median errors 2.1, 3.7, 1.9, 2.1 and 7.0% (in-model 2.2, 5.0, 3.1, 2.2, 7.2%)
+    (session 70, ``share_err`` of ``experiments/weights_cold_sums.py``).
+    """
+    units = list(units)
+    if not model_runs_in_model(units, l2_total_bytes):
+        return 0.0
+    return float(max(0.0, 1.0 - int(l2_total_bytes) / touched_bytes(units)))
 
 
 def finite_or_zero(value) -> float:
