@@ -115,9 +115,7 @@ class OptimizeResult:
                              cache=("in-context" if in_context.get(self.targets[t].kind)
                                     else "weights-cold" if weights_cold.get(self.targets[t].kind)
                                     else "in-model" if in_model.get(self.targets[t].kind) else "warm"),
-                             in_model_share=(in_model_share.get(self.targets[t].kind, math.nan)
-                                             if in_model.get(self.targets[t].kind) and not in_context.get(
-                                                 self.targets[t].kind) else math.nan)))
+                             in_model_share=in_model_share.get(self.targets[t].kind, math.nan)))
         copies = self.plan.copies
         rows.append(dict(target="copies", kernels=len(copies), measured=None, predicted=None, ops=None,
                          compute_us=sum(c.latency_us for c in copies), compute_lo_us=None, compute_hi_us=None,
