@@ -6,7 +6,7 @@ architecture-out (:func:`autoplace.cost_model.evaluate.leave_one_family_out`, pu
 and writes one row per (profile, variant, held-out model): kernel Spearman, distinct kernels and the end-to-end
 error, to ``experiments/results/call_floor_ablation.csv`` (rows of other profiles and variants kept).
 
-    python experiments/call_floor_ablation.py profiles/<id> [...] [--variants now nofloor depth4 depth4_nofloor]
+    python experiments/call_floor_ablation.py profiles/<id> [...] [--variants now nofloor floor01 depth4 depth4_nofloor depth4_nofloor_noruns]
 
 About 3 min a variant on a Xeon profile (21 held-out families), 7 on an AMD one (34 with the architecture suite),
 on 2 cores.
