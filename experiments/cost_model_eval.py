@@ -142,12 +142,17 @@ def _clean(value):
     return value
 
 
-def seed_spread(records: pd.DataFrame, seeds: int, target: str | None = None) -> pd.DataFrame:
+def prior_params(prior: str | None) -> dict:
+    """The XGBoost parameters of ``--prior`` (:class:`~autoplace.cost_model.XGBCostModel`'s ``prior``): none without."""
+    return {"prior": prior} if prior else {}
+
+
+def seed_spread(records: pd.DataFrame, seeds: int, target: str | None = None, prior: str | None = None) -> pd.DataFrame:
     """The default model's end-to-end error (pure) per held-out model for XGBoost seeds 0..seeds-1:
     one row per (target, model) with each seed's error, their mean and the worst (largest |error|)."""
     runs = []
     for seed in range(seeds):
-        res = leave_one_family_out(records, "xgb", target=target, random_state=seed)
+        res = leave_one_family_out(records, "xgb", target=target, random_state=seed, **prior_params(prior))
         m = res["models"]
         if "e2e_pure_err" in m:
             runs.append(m.set_index(["target", "model"])["e2e_pure_err"].rename(f"seed{seed}"))
@@ -366,7 +371,7 @@ def subplan_coverage(units: pd.DataFrame, draws: int = 200, seed: int = 0) -> pd
 
 
 def band_eval(records: pd.DataFrame, *, target=None, random_state: int = 0, never_held_out=NEVER_HELD_OUT,
-              draws: int = 200, variants=None) -> dict:
+              draws: int = 200, variants=None, prior: str | None = None) -> dict:
     """Leave one architecture (model family) out with nested band calibration, for every band variant.
 
     Returns
@@ -388,7 +393,7 @@ def band_eval(records: pd.DataFrame, *, target=None, random_state: int = 0, neve
         options = BAND_VARIANTS[name]
         results[name] = leave_one_family_out(
             records, "xgb", target=target, bands=True, band_options=options, never_held_out=never_held_out,
-            random_state=random_state,
+            random_state=random_state, **prior_params(prior),
         )
         print(f"  band variant {name!r}: {len(results[name]['models'])} held-out models")
     default = results[next(iter(BAND_VARIANTS))]
@@ -540,7 +545,7 @@ def run_bands(records: pd.DataFrame, args, store) -> dict:
     started = time.perf_counter()
     never = tuple(args.never_held_out)
     bands = band_eval(records, target=args.target, random_state=args.random_state, never_held_out=never,
-                      draws=args.subplans, variants=args.band_variants)
+                      draws=args.subplans, variants=args.band_variants, prior=args.prior)
     checks = band_check(bands)
     models = bands["models"]
     cols = [c for c in ("target", "model", "distinct", "spearman", "e2e_pure_err", "e2e_oracle_err", "band_kernels",
@@ -563,7 +568,7 @@ def run_bands(records: pd.DataFrame, args, store) -> dict:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         profile=os.path.abspath(args.profile), hardware_id=store.metadata.get("hardware_id"),
         records=len(records), seconds=round(time.perf_counter() - started, 1),
-        cost_model=repr(XGBCostModel(random_state=args.random_state)),
+        cost_model=repr(XGBCostModel(random_state=args.random_state, **prior_params(args.prior))),
         feature_version=features.FEATURE_VERSION,
         features_sha256=_sha256(features.__file__)[:12],
     )
@@ -606,6 +611,9 @@ def main(argv=None) -> int:
                         help="random parts per held-out model when checking how bands combine")
     parser.add_argument("--never-held-out", nargs="*", default=list(NEVER_HELD_OUT),
                         help=f"training-only families (default: {' '.join(NEVER_HELD_OUT)})")
+    parser.add_argument("--prior", metavar="DIR",
+                        help="another machine's profile folder as the cost model's prior (XGBCostModel(prior=DIR)); "
+                             "each fold keeps its held-out family out of the donor too")
     parser.add_argument("--out", help="results folder (default: experiments/results/<the profile folder's name>)")
     args = parser.parse_args(argv)
     if args.profile is None:
@@ -631,7 +639,7 @@ def main(argv=None) -> int:
     variants = {"xgb": VARIANTS["xgb"]} if args.quick else VARIANTS
     for name, (kind, params) in variants.items():
         if kind == "xgb":
-            params = dict(params, random_state=args.random_state)
+            params = dict(params, random_state=args.random_state, **prior_params(args.prior))
         res = leave_one_family_out(records, kind, target=args.target, never_held_out=tuple(args.never_held_out),
                                    **params)
         results[name] = res
@@ -645,7 +653,7 @@ def main(argv=None) -> int:
         models["e2e_fresh_err"] = models["e2e_pure_us"] / models["e2e_fresh_us"] - 1
         models["e2e_oracle_vs_fresh_err"] = models["e2e_oracle_us"] / models["e2e_fresh_us"] - 1
     models = models.merge(retest_spearman(records, units), on=["target", "model"], how="left")
-    seeds = seed_spread(records, args.seeds, args.target) if args.seeds > 1 else pd.DataFrame()
+    seeds = seed_spread(records, args.seeds, args.target, args.prior) if args.seeds > 1 else pd.DataFrame()
     summary = summarize(res)
     classes = by_op_class(res)
     variants_df = pd.DataFrame(variant_rows)
@@ -710,7 +718,7 @@ def main(argv=None) -> int:
         curve.to_csv(os.path.join(args.out, "cost_model_learning_curve.csv"), index=False)
     if not seeds.empty:
         seeds.to_csv(os.path.join(args.out, "cost_model_seed_spread.csv"), index=False)
-    model = XGBCostModel(random_state=args.random_state)
+    model = XGBCostModel(random_state=args.random_state, **prior_params(args.prior))
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         profile=os.path.abspath(args.profile),

@@ -355,6 +355,60 @@ def test_save_load_round_trip_gives_identical_predictions(records, tmp_path, kin
     assert data["format_version"] >= 1 and data["hardware_id"] == HW and data["target_kinds"] == ["llvm"]
 
 
+def _donor_folder(tmp_path) -> str:
+    """Another machine's profile folder (``donor-hw-2c``): every kernel of the synthetic records."""
+    from autoplace.profile import ProfileStore
+
+    donor = "donor-hw-2c"
+    meta = {"hardware_id": donor, "tvm_version": TVM, "cpu_model": "test", "cpu_cores": 2, "gpus": []}
+    store = ProfileStore(str(tmp_path / donor), metadata=meta)
+    for rec in synthetic_records().to_dict(orient="records"):
+        rec = {k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))}
+        store.append(dict(rec, hardware_id=donor))
+    return store.path
+
+
+def test_a_prior_carries_what_the_donor_timed_and_this_profile_did_not(tmp_path):
+    """This machine runs every kernel 2x the donor's time and never timed a convolution; with the donor's folder
+    as prior the convolutions are priced about 2x the donor's times, without it they are a guess. The donor's
+    fitted model is saved inside the model; holding kernels out of the prior keeps them out of the donor's fit."""
+    donor_path = _donor_folder(tmp_path)
+    records = synthetic_records()
+    units = records["kind"] == "unit"
+    records.loc[units, "median_us"] = 2.0 * records.loc[units, "median_us"]
+    convs = records["key"].astype(str).str.startswith("llvm-conv-")
+    truth = _units(records[convs])
+    train = records[~convs]
+    with_prior = XGBCostModel(**FAST, prior=donor_path).fit(train, hardware_id=HW, tvm_version=TVM)
+    plain = XGBCostModel(**FAST).fit(train, hardware_id=HW, tvm_version=TVM)
+    measured = truth["median_us"].to_numpy()
+    err_prior = np.abs(with_prior.predict(truth) / measured - 1)
+    err_plain = np.abs(plain.predict(truth) / measured - 1)
+    assert np.median(err_prior) < 0.2 < np.median(err_plain)
+    assert with_prior.prior_.hardware_id_ == "donor-hw-2c" and set(with_prior.prior_offset_) == {"llvm"}
+    assert abs(with_prior.prior_offset_["llvm"] - math.log(2.0)) < 0.15
+    path = with_prior.save(str(tmp_path / "cost_model.json"))
+    again = load(path)
+    np.testing.assert_array_equal(again.predict(truth), with_prior.predict(truth))
+    assert again.prior == donor_path and again.prior_.n_records_ == with_prior.prior_.n_records_
+    held = XGBCostModel(**FAST, prior=donor_path).hold_out_of_prior(truth["key"], ["gamma"])
+    held.fit(train, hardware_id=HW, tvm_version=TVM)
+    gamma = records["model"].astype(str).eq("gamma") & units & records["status"].eq("ok")
+    assert held.prior_.n_records_ == with_prior.prior_.n_records_ - len(truth) - (gamma & ~convs).sum()
+    assert np.median(np.abs(held.predict(truth) / measured - 1)) > np.median(err_prior)
+
+
+def test_a_prior_that_is_no_profile_is_refused_with_the_fix(tmp_path, records):
+    from autoplace.errors import AutoplaceError
+
+    with pytest.raises(AutoplaceError, match="no profile there.*another machine's profile"):
+        XGBCostModel(**FAST, prior=str(tmp_path / "nowhere")).fit(records, hardware_id=HW, tvm_version=TVM)
+    cuda = records.copy()
+    cuda.loc[cuda["kind"] == "unit", "target"] = "cuda"
+    with pytest.raises(AutoplaceError, match=r"no usable kernel records of \['cuda'\].*without a prior"):
+        XGBCostModel(**FAST, prior=_donor_folder(tmp_path)).fit(cuda, hardware_id=HW, tvm_version=TVM)
+
+
 def test_load_refuses_other_format_or_feature_versions(model, tmp_path):
     path = model.save(str(tmp_path / "m.json"))
     for field in ("format_version", "feature_version"):
@@ -656,6 +710,28 @@ def test_train_main_writes_the_model_next_to_the_profile(tmp_path, capsys):
     assert path.exists()
     again = load(str(path))
     assert again.hardware_id_ == HW and "saved to" in capsys.readouterr().out
+
+
+def test_train_main_starts_from_a_prior_and_refuses_a_bad_one(tmp_path, capsys):
+    from autoplace.cost_model.cli import train_main
+    from autoplace.errors import AutoplaceError
+    from autoplace.profile import ProfileStore
+
+    meta = {"hardware_id": HW, "tvm_version": TVM, "cpu_model": "test", "cpu_cores": 2, "gpus": []}
+    store = ProfileStore(str(tmp_path / HW), metadata=meta)
+    for rec in synthetic_records().to_dict(orient="records"):
+        store.append({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
+    donor = _donor_folder(tmp_path)
+    for argv, message in ((["--prior", str(tmp_path / "nowhere")], "no profile there"),
+                          (["--prior", store.path], "is the profile being trained"),
+                          (["--prior", donor, "--model", "roofline"], "--model xgb only")):
+        with pytest.raises(AutoplaceError, match=message):
+            train_main(["--profile", store.path, *argv])
+    assert not (tmp_path / HW / "cost_model.json").exists()
+    assert train_main(["--profile", store.path, "--prior", donor]) == 0
+    assert "kernels of donor-hw-2c (--prior" in capsys.readouterr().out
+    again = load(str(tmp_path / HW / "cost_model.json"))
+    assert again.prior == donor and again.prior_.hardware_id_ == "donor-hw-2c" and again.hardware_id_ == HW
 
 
 def test_train_also_fits_the_in_model_times_and_tables_price_large_models_with_them(tmp_path, capsys):

@@ -8,6 +8,8 @@ import sys
 EPILOG = """examples:
   autoplace train --profile profiles/amd-epyc-2c               # -> profiles/amd-epyc-2c/cost_model.json
   autoplace train --profile profiles/h100 --target cuda --out gpu_model.json
+  # a small profile, starting from a richer one of a similar machine
+  autoplace train --profile profiles/intel-r-xeon-r-processor-f6m167-2c --prior profiles/intel-r-xeon-r-processor-f6m207-2c
 """
 
 
@@ -24,6 +26,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--target", action="append", help="train on this target kind only (repeatable)")
     parser.add_argument(
         "--model", default="xgb", choices=["xgb", "roofline"], help="model kind (default xgb)"
+    )
+    parser.add_argument(
+        "--prior", metavar="DIR",
+        help="another machine's profile folder as the XGBoost model's prior: its trees learn this machine's ratio "
+             "to a model of that profile (what it timed and this one did not carries over)",
     )
     parser.add_argument("--random-state", type=int, default=0)
     parser.add_argument(
@@ -74,6 +81,25 @@ def _check_options(profile: str, out: str | None, target_kinds, *, explicit: boo
             raise AutoplaceError(f"--out {out}: no permission to write in {parent}")
 
 
+def _checked_prior(prior: str | None, profile: str, model: str) -> str | None:
+    """``--prior``, refused before any fit when it is no other profile folder or the model kind takes none."""
+    import os
+
+    from ..errors import AutoplaceError
+
+    if not prior:
+        return None
+    if model != "xgb":
+        raise AutoplaceError(f"--prior works with --model xgb only (the {model!r} model has no trees to start from "
+                             "a donor's); drop --prior or use --model xgb")
+    if not os.path.isfile(os.path.join(prior, "records.jsonl")):
+        raise AutoplaceError(f"--prior {prior}: no profile there (no records.jsonl); give another machine's profile "
+                             "folder, e.g. --prior profiles/intel-r-xeon-r-processor-f6m207-2c")
+    if os.path.realpath(prior) == os.path.realpath(profile):
+        raise AutoplaceError(f"--prior {prior} is the profile being trained: give another machine's profile folder")
+    return prior
+
+
 def run(args) -> int:
     """Run ``autoplace train`` from parsed arguments (for a main CLI that adds :func:`build_parser`)."""
     import numpy as np
@@ -84,6 +110,7 @@ def run(args) -> int:
 
     profile = args.profile or default_profile_dir()
     _check_options(profile, args.out, args.target, explicit=bool(args.profile))
+    prior = _checked_prior(getattr(args, "prior", None), profile, args.model)
     model = train(
         profile,
         args.out,
@@ -91,6 +118,7 @@ def run(args) -> int:
         model=args.model,
         allow_foreign=args.allow_foreign,
         random_state=args.random_state,
+        **({"prior": prior} if prior else {}),
     )
     from ..profile import ProfileStore
 
@@ -111,6 +139,9 @@ def run(args) -> int:
         f"{model.hardware_id_} (TVM {model.tvm_version_})\n  training fit: median abs error "
         f"{100 * np.median(ape):.1f}% (held-out accuracy: python experiments/cost_model_eval.py)\n"
         f"  saved to {model.path_}"
+        + (f"\n  starting from a model of {model.prior_.n_records_} kernels of {model.prior_.hardware_id_} "
+           f"(--prior {model.prior}; its trees learn this machine's ratio to it)"
+           if getattr(model, "prior_", None) is not None else "")
         + (f"\n  with a model of the kernels' in-model times ({model.in_model_.n_records_} kernels; models larger "
            f"than the L2 are priced with it) saved to {model.in_model_.path_}"
            if getattr(model, "in_model_", None) is not None else "")

@@ -114,6 +114,16 @@ class CostModel:
     def _fit(self, units: pd.DataFrame) -> None:
         raise NotImplementedError
 
+    def hold_out_of_prior(self, keys=(), families=()):
+        """Keep these kernels (keys) and every record profiled for these model families (:func:`~autoplace.cost_model.
+        evaluate.family`) out of the donor's training in the next :meth:`fit` (a model with a ``prior``; no effect
+        on others), on top of what was held out before: an evaluation fold's held-out family is in no machine's
+        profile, as a user's new model is in none. Returns self."""
+        held_keys, held_families = getattr(self, "prior_holdout", (frozenset(), frozenset()))
+        self.prior_holdout = (held_keys | frozenset(str(k) for k in keys),
+                              held_families | frozenset(str(f) for f in families))
+        return self
+
     # -- predicting ----------------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "target_kinds_"):
@@ -221,9 +231,10 @@ class CostModel:
         df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
         if "target" in df and "kind" in df:
             df = df[(df["kind"] != "unit") | df["target"].isin(self.target_kinds_)]
+        held = getattr(self, "prior_holdout", ((), ()))
         res = family_residuals(
             df,
-            lambda: type(self)(**params),
+            lambda: type(self)(**params).hold_out_of_prior(*held),
             never_held_out=never_held_out,
             quiet=quiet,
             n_jobs=n_jobs,

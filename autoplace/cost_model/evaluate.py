@@ -169,7 +169,7 @@ def _fit_shared(make, train: pd.DataFrame, **fit_provenance):
     if _SHARED_FITS is None:
         return model.fit(train, **fit_provenance)
     key = (type(model).__name__, repr(sorted(model.get_params().items())), repr(sorted(fit_provenance.items())),
-           _records_hash(train))
+           _records_hash(train), getattr(model, "prior_holdout", None))
     with _SHARED_LOCK:
         entry = _SHARED_FITS.get(key)
         if entry is not None:
@@ -245,7 +245,8 @@ def family_residuals(
         train, test = units[~in_fam], units[in_fam]
         if train.empty or test.empty:
             return []
-        fitted = _fit_shared(make, train, hardware_id=hardware_id, tvm_version=tvm_version)
+        fitted = _fit_shared(lambda: make().hold_out_of_prior({k for _, k in held}, [fam]), train,
+                             hardware_id=hardware_id, tvm_version=tvm_version)
         rows = []
         for kind, part in test.groupby("target"):
             pred = fitted.predict(part, target=str(kind))
@@ -373,13 +374,16 @@ def leave_one_family_out(
                 look_train = train_filter(look_train, fold)
             if pure_train.empty:
                 return [], []
-            pure = make().fit(pure_train)
+            # a model with a prior keeps the held-out family out of the donor's training too (hold_out_of_prior)
+            make_pure = lambda: make().hold_out_of_prior(fam_keys, [fam])  # noqa: E731
+            make_look = lambda: make().hold_out_of_prior(fam_keys - other_keys, [fam])  # noqa: E731
+            pure = make_pure().fit(pure_train)
             if bands:  # nested: the band is learnt from the fold's training families alone
                 runs_left = records[(records["kind"] == "model") & (records["target"] == kind)]
                 runs_left = runs_left[runs_left["key"].map(family) != fam]
                 pure.calibrate(pd.concat([pure_train, runs_left], ignore_index=True),
                                never_held_out=never_held_out, **calibration)
-            look = make().fit(look_train) if len(look_train) != len(pure_train) else pure
+            look = make_look().fit(look_train) if len(look_train) != len(pure_train) else pure
             side = _side_records(records)
             # The VM overheads are refitted to the training families' end-to-end records only.
             runs_other = records[(records["kind"] == "model") & (records["target"] == kind)]
@@ -402,11 +406,11 @@ def leave_one_family_out(
                 # ... paying the share of the in-model excess its L2 cannot hold (all of it weights-cold)
                 share = 1.0 if cold else table.in_model_share([row_of[k] for k in keys], kind) if in_model else 0.0
                 if in_model and not in_model_fits:
-                    in_model_fits["pure"] = _fit_in_model(make, pure_train, quiet=quiet, runs=runs_other,
+                    in_model_fits["pure"] = _fit_in_model(make_pure, pure_train, quiet=quiet, runs=runs_other,
                                                           calibrate_with=runs_left if bands else None,
                                                           weights_line=table.weights_line_,
                                                           never_held_out=never_held_out, **calibration)
-                    in_model_fits["look"] = (_fit_in_model(make, look_train, quiet=quiet, runs=runs_other,
+                    in_model_fits["look"] = (_fit_in_model(make_look, look_train, quiet=quiet, runs=runs_other,
                                                            weights_line=table.weights_line_)
                                              if len(look_train) != len(pure_train) else in_model_fits["pure"])
                 pure_in = in_model_fits.get("pure") if in_model else None

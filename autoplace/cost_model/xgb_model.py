@@ -16,6 +16,8 @@ kernels of small transformers (5-150 ns, half of them under 15) ranked at Spearm
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 
@@ -76,6 +78,16 @@ class XGBCostModel(CostModel):
         bandwidth a training kernel at least as large streamed at, and one that only streams (no transcendental)
         at no more than its bytes over the slowest bandwidth of training kernels near its size that only
         stream (:mod:`autoplace.cost_model.stream_floor`).
+    prior : str, optional
+        A profile folder of another machine (the *donor*). The trees then start not from the work term but from
+        a model trained on the donor's records (this class, these parameters, no prior) plus a constant per target
+        kind, and learn this machine's ratio to it: what the donor timed and this profile did not (op families of a
+        newer profile, say) carries over. Leaving one architecture out on the Xeon f6m167 (733 CPU kernels) with
+        the Xeon f6m207 (1251) as donor, 17 of 21 held-out models ranked at Spearman >= 0.95, against 11 without
+        (session 72, ``experiments/donor_prior.py``). Kernels of a target kind the donor never timed keep the work
+        term. A model of in-model times (:func:`~autoplace.cost_model.train.in_model_records`) gets a donor of the
+        donor's in-model times. Evaluation folds keep their held-out families out of the donor too
+        (:meth:`hold_out_of_prior`). The donor's fitted model is saved inside this one.
     random_state : int
         Seed of the row/column sampling.
     n_jobs : int
@@ -99,6 +111,11 @@ class XGBCostModel(CostModel):
     stream_floor_ : dict
         The streaming-bandwidth envelope per target kind (:func:`~autoplace.cost_model.stream_floor.fit_stream_floor`;
         empty without ``stream_floor`` or in models saved before it).
+    prior_ : XGBCostModel or None
+        The donor's fitted model (with ``prior``), else None.
+    prior_offset_ : dict
+        ``{target kind: mean of log(latency_us) - donor's log prediction in training}`` for the kinds the donor
+        prices.
 
     Examples
     --------
@@ -128,6 +145,7 @@ class XGBCostModel(CostModel):
         drop_features: tuple = (),
         call_floor: float | None = 0.05,
         stream_floor: bool = True,
+        prior: str | None = None,
         random_state: int = 0,
         n_jobs: int = 1,
     ):
@@ -146,6 +164,7 @@ class XGBCostModel(CostModel):
         self.drop_features = drop_features
         self.call_floor = call_floor
         self.stream_floor = stream_floor
+        self.prior = prior
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -168,11 +187,25 @@ class XGBCostModel(CostModel):
 
     def _margin(self, recs: list, targets: list[str]) -> np.ndarray:
         if self.base_margin is None:
-            return np.full(len(recs), self.offset_)
+            return self._prior_margin(recs, targets, np.full(len(recs), self.offset_))
         if self.base_margin != "work":
             raise ValueError(f"base_margin must be 'work' or None, not {self.base_margin!r}")
         floor_us = np.array([float(self.call_floor_us_.get(str(t), 0.0)) for t in targets])
-        return np.log(floor_us + np.array([_work(r) for r in recs], dtype=float) * np.exp(self.offset_))
+        margin = np.log(floor_us + np.array([_work(r) for r in recs], dtype=float) * np.exp(self.offset_))
+        return self._prior_margin(recs, targets, margin)
+
+    def _prior_margin(self, recs: list, targets: list[str], margin: np.ndarray) -> np.ndarray:
+        """``margin`` with the rows of the target kinds the donor prices (:attr:`prior_offset_`) replaced by the
+        donor's log prediction plus that kind's offset."""
+        prior = getattr(self, "prior_", None)
+        offsets = getattr(self, "prior_offset_", None) or {}
+        rows = [i for i, t in enumerate(targets) if str(t) in offsets]
+        if prior is None or not rows:
+            return margin
+        margin = np.array(margin, dtype=float)
+        donor = prior._predict_log([recs[i] for i in rows], [str(targets[i]) for i in rows])
+        margin[rows] = donor + np.array([offsets[str(targets[i])] for i in rows])
+        return margin
 
     # -- fitting -------------------------------------------------------------------------------------
     def _fit(self, units: pd.DataFrame) -> None:
@@ -197,6 +230,14 @@ class XGBCostModel(CostModel):
         self.call_floor_us_ = {} if self.call_floor is None else {
             str(kind): float(np.quantile(units.loc[units["target"] == kind, "median_us"].astype(float), self.call_floor))
             for kind in self.target_kinds_ if (units["target"] == kind).any()}
+        self.prior_, self.prior_offset_ = None, {}
+        if self.prior:
+            self.prior_ = self._fit_prior(units)
+            donor = self.prior_._predict_log(recs, targets)
+            for kind in self.prior_.target_kinds_:
+                mine = np.array([t == kind for t in targets])
+                if mine.any():
+                    self.prior_offset_[kind] = float(np.mean(y[mine] - donor[mine]))
         # Long kernels decide end-to-end latency: weight each record by (1 + ln latency_us)^weight_by_time.
         weight = (1.0 + np.maximum(y, 0.0)) ** self.weight_by_time if self.weight_by_time else None
         dtrain = xgb.DMatrix(
@@ -222,6 +263,44 @@ class XGBCostModel(CostModel):
             )
         self.booster_ = xgb.train(params, dtrain, num_boost_round=self.n_estimators)
         self.stream_floor_ = fit_stream_floor(units) if self.stream_floor else {}
+
+    def _fit_prior(self, units: pd.DataFrame):
+        """The donor's model for a fit on ``units``: this class with these parameters and no prior, trained on the
+        donor profile's records (:attr:`prior`) less what :meth:`hold_out_of_prior` named, on their in-model times
+        when ``units`` are in-model times (most of them priced at their ``in_model_median_us``). A donor with no
+        kernel of ``units``' target kinds is refused (:class:`~autoplace.errors.AutoplaceError`)."""
+        import warnings
+
+        from .cost_model import training_units
+        from .train import in_model_training_records
+
+        donor = prior_records(self.prior)
+        keys, families = getattr(self, "prior_holdout", (frozenset(), frozenset()))
+        if keys or families:
+            from .evaluate import family
+
+            of_family = donor["model"].astype(str).map(family) if "model" in donor else pd.Series("", index=donor.index)
+            held = of_family.isin(families) | ((donor["kind"] == "unit") & donor["key"].astype(str).isin(keys))
+            donor = donor[~held]
+        if _in_model_times(units):
+            donor, _ = in_model_training_records(donor)
+        donor_units = training_units(donor)
+        kinds = sorted(set(units["target"].astype(str)))
+        if not donor_units.empty:
+            donor_units = donor_units[donor_units["target"].isin(kinds)]
+        if donor_units.empty:
+            from ..errors import AutoplaceError
+
+            raise AutoplaceError(
+                f"prior={self.prior!r}: that profile has no usable kernel records of {kinds} (timed on the machine "
+                "its metadata.json names, status ok); give a profile of another machine with those target kinds, "
+                "or train without a prior")
+        params = dict(self.get_params(), prior=None)
+        with warnings.catch_warnings():  # the donor's records are another machine's, by design
+            warnings.simplefilter("ignore")
+            fitted = type(self)(**params).fit(donor_units, hardware_id=str(donor_units["hardware_id"].iloc[0])
+                                              if "hardware_id" in donor_units else None)
+        return fitted
 
     def _xgb_names(self) -> list[str]:
         # XGBoost forbids [, ] and < in feature names.
@@ -253,6 +332,8 @@ class XGBCostModel(CostModel):
             "offset": self.offset_,
             "call_floor_us": self.call_floor_us_,
             "stream_floor": self.stream_floor_,
+            "prior": self.prior_.to_dict() if getattr(self, "prior_", None) is not None else None,
+            "prior_offset": getattr(self, "prior_offset_", {}),
             "booster": json.loads(bytes(self.booster_.save_raw(raw_format="json")).decode("utf-8")),
         }
 
@@ -266,6 +347,46 @@ class XGBCostModel(CostModel):
         self.offset_ = float(state["offset"])
         self.call_floor_us_ = state.get("call_floor_us") or {}  # absent in models saved before it: no floor
         self.stream_floor_ = state.get("stream_floor") or {}  # absent in models saved before it: no floor
+        self.prior_ = type(self).from_dict(state["prior"]) if state.get("prior") else None
+        self.prior_offset_ = dict(state.get("prior_offset") or {})
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(state["booster"]).encode("utf-8")))
         self.booster_ = booster
+
+
+_PRIOR_RECORDS: dict = {}
+_PRIOR_LOCK = threading.Lock()
+
+
+def prior_records(folder: str) -> pd.DataFrame:
+    """The records of the donor profile ``folder`` (:class:`~autoplace.profile.ProfileStore`: those of the machine
+    its metadata names; read once per process and file version)."""
+    import os
+    import warnings
+
+    from ..errors import AutoplaceError
+    from ..profile import ProfileStore
+
+    path = os.path.join(str(folder), "records.jsonl")
+    if not os.path.isfile(path):
+        raise AutoplaceError(f"prior={folder!r}: no profile there (no records.jsonl); give the folder of another "
+                             "machine's profile, e.g. prior='profiles/intel-r-xeon-r-processor-f6m207-2c'")
+    stat = os.stat(path)
+    tag = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+    with _PRIOR_LOCK:  # evaluation folds fit in threads
+        if tag not in _PRIOR_RECORDS:
+            _PRIOR_RECORDS.clear()
+            with warnings.catch_warnings():  # another machine's folder, by design
+                warnings.simplefilter("ignore")
+                _PRIOR_RECORDS[tag] = ProfileStore(str(folder)).records()
+        return _PRIOR_RECORDS[tag]
+
+
+def _in_model_times(units: pd.DataFrame) -> bool:
+    """Whether ``units`` are in-model times (:func:`~autoplace.cost_model.train.in_model_records`): most of the
+    records with an in-model timing priced at it."""
+    if "in_model_median_us" not in units:
+        return False
+    in_model = pd.to_numeric(units["in_model_median_us"], errors="coerce")
+    timed = in_model > 0
+    return bool(timed.any()) and bool((units.loc[timed, "median_us"].astype(float) == in_model[timed]).mean() > 0.5)
