@@ -398,15 +398,18 @@ def test_a_prior_carries_what_the_donor_timed_and_this_profile_did_not(tmp_path)
     assert np.median(np.abs(held.predict(truth) / measured - 1)) > np.median(err_prior)
 
 
-def test_a_prior_that_is_no_profile_is_refused_with_the_fix(tmp_path, records):
+def test_a_prior_that_is_no_profile_is_refused_and_one_without_the_kind_is_not_used(tmp_path, records):
     from autoplace.errors import AutoplaceError
 
     with pytest.raises(AutoplaceError, match="no profile there.*another machine's profile"):
         XGBCostModel(**FAST, prior=str(tmp_path / "nowhere")).fit(records, hardware_id=HW, tvm_version=TVM)
     cuda = records.copy()
     cuda.loc[cuda["kind"] == "unit", "target"] = "cuda"
-    with pytest.raises(AutoplaceError, match=r"no usable kernel records of \['cuda'\].*without a prior"):
-        XGBCostModel(**FAST, prior=_donor_folder(tmp_path)).fit(cuda, hardware_id=HW, tvm_version=TVM)
+    with pytest.warns(UserWarning, match=r"no usable kernel records of \['cuda'\].*trained without the prior"):
+        fitted = XGBCostModel(**FAST, prior=_donor_folder(tmp_path)).fit(cuda, hardware_id=HW, tvm_version=TVM)
+    assert fitted.prior_ is None and fitted.prior_offset_ == {}
+    np.testing.assert_allclose(fitted.predict(_units(cuda)),
+                               XGBCostModel(**FAST).fit(cuda, hardware_id=HW, tvm_version=TVM).predict(_units(cuda)))
 
 
 def test_load_refuses_other_format_or_feature_versions(model, tmp_path):
@@ -724,7 +727,8 @@ def test_train_main_starts_from_a_prior_and_refuses_a_bad_one(tmp_path, capsys):
     donor = _donor_folder(tmp_path)
     for argv, message in ((["--prior", str(tmp_path / "nowhere")], "no profile there"),
                           (["--prior", store.path], "is the profile being trained"),
-                          (["--prior", donor, "--model", "roofline"], "--model xgb only")):
+                          (["--prior", donor, "--model", "roofline"], "--model xgb only"),
+                          (["--prior", donor, "--target", "cuda"], r"timed no kernel of a target kind.*\['llvm'\]")):
         with pytest.raises(AutoplaceError, match=message):
             train_main(["--profile", store.path, *argv])
     assert not (tmp_path / HW / "cost_model.json").exists()

@@ -81,11 +81,13 @@ def _check_options(profile: str, out: str | None, target_kinds, *, explicit: boo
             raise AutoplaceError(f"--out {out}: no permission to write in {parent}")
 
 
-def _checked_prior(prior: str | None, profile: str, model: str) -> str | None:
-    """``--prior``, refused before any fit when it is no other profile folder or the model kind takes none."""
+def _checked_prior(prior: str | None, profile: str, model: str, target_kinds=None) -> str | None:
+    """``--prior``, refused before any fit when it is no other profile folder, shares no target kind with the
+    profile (``target_kinds``: those trained) or the model kind takes none."""
     import os
 
     from ..errors import AutoplaceError
+    from ..profile import ProfileStore
 
     if not prior:
         return None
@@ -97,6 +99,13 @@ def _checked_prior(prior: str | None, profile: str, model: str) -> str | None:
                              "folder, e.g. --prior profiles/intel-r-xeon-r-processor-f6m207-2c")
     if os.path.realpath(prior) == os.path.realpath(profile):
         raise AutoplaceError(f"--prior {prior} is the profile being trained: give another machine's profile folder")
+    from .cost_model import training_units
+    from .xgb_model import prior_records
+
+    theirs = set(training_units(prior_records(prior)).get("target", []))
+    if not theirs & set(target_kinds or ProfileStore(profile).working_targets()):
+        raise AutoplaceError(f"--prior {prior}: that profile timed no kernel of a target kind this one trains on "
+                             f"(it has {sorted(theirs) or 'none'}); give a profile with those kinds, or drop --prior")
     return prior
 
 
@@ -110,7 +119,7 @@ def run(args) -> int:
 
     profile = args.profile or default_profile_dir()
     _check_options(profile, args.out, args.target, explicit=bool(args.profile))
-    prior = _checked_prior(getattr(args, "prior", None), profile, args.model)
+    prior = _checked_prior(getattr(args, "prior", None), profile, args.model, args.target)
     model = train(
         profile,
         args.out,

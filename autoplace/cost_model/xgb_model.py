@@ -233,8 +233,8 @@ class XGBCostModel(CostModel):
         self.prior_, self.prior_offset_ = None, {}
         if self.prior:
             self.prior_ = self._fit_prior(units)
-            donor = self.prior_._predict_log(recs, targets)
-            for kind in self.prior_.target_kinds_:
+            donor = self.prior_._predict_log(recs, targets) if self.prior_ is not None else None
+            for kind in self.prior_.target_kinds_ if self.prior_ is not None else []:
                 mine = np.array([t == kind for t in targets])
                 if mine.any():
                     self.prior_offset_[kind] = float(np.mean(y[mine] - donor[mine]))
@@ -267,8 +267,8 @@ class XGBCostModel(CostModel):
     def _fit_prior(self, units: pd.DataFrame):
         """The donor's model for a fit on ``units``: this class with these parameters and no prior, trained on the
         donor profile's records (:attr:`prior`) less what :meth:`hold_out_of_prior` named, on their in-model times
-        when ``units`` are in-model times (most of them priced at their ``in_model_median_us``). A donor with no
-        kernel of ``units``' target kinds is refused (:class:`~autoplace.errors.AutoplaceError`)."""
+        when ``units`` are in-model times (most of them priced at their ``in_model_median_us``); None, with a
+        warning, when the donor has no kernel of ``units``' target kinds."""
         import warnings
 
         from .cost_model import training_units
@@ -288,19 +288,15 @@ class XGBCostModel(CostModel):
         kinds = sorted(set(units["target"].astype(str)))
         if not donor_units.empty:
             donor_units = donor_units[donor_units["target"].isin(kinds)]
-        if donor_units.empty:
-            from ..errors import AutoplaceError
-
-            raise AutoplaceError(
-                f"prior={self.prior!r}: that profile has no usable kernel records of {kinds} (timed on the machine "
-                "its metadata.json names, status ok); give a profile of another machine with those target kinds, "
-                "or train without a prior")
+        if donor_units.empty:  # (an evaluation of one target kind the donor never timed, say)
+            warnings.warn(f"prior={self.prior!r}: that profile has no usable kernel records of {kinds} (timed on the "
+                          "machine its metadata.json names, status ok): trained without the prior", stacklevel=3)
+            return None
         params = dict(self.get_params(), prior=None)
         with warnings.catch_warnings():  # the donor's records are another machine's, by design
             warnings.simplefilter("ignore")
-            fitted = type(self)(**params).fit(donor_units, hardware_id=str(donor_units["hardware_id"].iloc[0])
-                                              if "hardware_id" in donor_units else None)
-        return fitted
+            return type(self)(**params).fit(donor_units, hardware_id=str(donor_units["hardware_id"].iloc[0])
+                                            if "hardware_id" in donor_units else None)
 
     def _xgb_names(self) -> list[str]:
         # XGBoost forbids [, ] and < in feature names.
