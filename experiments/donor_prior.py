@@ -1,7 +1,7 @@
 """Does another machine's profile help price a small profile's held-out kernels? A donor model as the base margin.
 
-The Xeon f6m167's profile has 733 CPU kernels (schedule version 6, the op families of then); the f6m207's 1251 and the
-Zen 4's 1747. Leaving one architecture out, its kernels rank at Spearman >= 0.95 in 11 of 21 held-out models
+The Xeon f6m167's profile has 733 CPU kernels (schedule version 6, the op families of then); the f6m207 trains on
+1122 and the Zen 4 on 1601. Leaving one architecture out, its kernels rank at Spearman >= 0.95 in 11 of 21 held-out models
 (f6m207 15 of 21). The same kernel times alike on the two Xeons: over the 733 kernels both measured, the log ratio
 f6m167 / f6m207 has a spread (sd) of 0.12 and Spearman 0.999 (Zen 4: 0.36, 0.995). So a model trained on another
 machine's records could carry what this profile never timed.

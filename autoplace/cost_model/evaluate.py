@@ -375,8 +375,8 @@ def leave_one_family_out(
             if pure_train.empty:
                 return [], []
             # a model with a prior keeps the held-out family out of the donor's training too (hold_out_of_prior)
-            make_pure = lambda: make().hold_out_of_prior(fam_keys, [fam])  # noqa: E731
-            make_look = lambda: make().hold_out_of_prior(fam_keys - other_keys, [fam])  # noqa: E731
+            make_pure = lambda: make().hold_out_of_prior(fam_keys, [fam])
+            make_look = lambda: make().hold_out_of_prior(fam_keys - other_keys, [fam])
             pure = make_pure().fit(pure_train)
             if bands:  # nested: the band is learnt from the fold's training families alone
                 runs_left = records[(records["kind"] == "model") & (records["target"] == kind)]
