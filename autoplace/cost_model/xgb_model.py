@@ -83,7 +83,7 @@ class XGBCostModel(CostModel):
         a model trained on the donor's records (this class, these parameters, no prior) plus a constant per target
         kind, and learn this machine's ratio to it: what the donor timed and this profile did not (op families of a
         newer profile, say) carries over. Leaving one architecture out on the Xeon f6m167 (733 CPU kernels) with
-        the Xeon f6m207 (1251) as donor, 17 of 21 held-out models ranked at Spearman >= 0.95, against 11 without
+        the Xeon f6m207 (1122) as donor, 17 of 21 held-out models ranked at Spearman >= 0.95, against 11 without
         (session 72, ``experiments/donor_prior.py``). Kernels of a target kind the donor never timed keep the work
         term. A model of in-model times (:func:`~autoplace.cost_model.train.in_model_records`) gets a donor of the
         donor's in-model times. Evaluation folds keep their held-out families out of the donor too
