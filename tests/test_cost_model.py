@@ -675,6 +675,31 @@ def test_leave_one_family_out_holds_out_whole_families(records):
     assert pooled.loc[0, "spearman"] > 0.9
 
 
+def test_leave_one_family_out_keeps_the_held_out_family_out_of_the_prior_too(records, tmp_path, monkeypatch):
+    """Each fold's fits (and the band's nested fits) train their donor without the fold's family: its kernels by
+    key and every donor record profiled for it; a user's new model is in no machine's profile."""
+    donor = _donor_folder(tmp_path)
+    seen = []
+    fit_prior = XGBCostModel._fit_prior
+
+    def spy(self, units):
+        fitted = fit_prior(self, units)
+        seen.append((self.prior_holdout, set(fitted.op_vocab_) and fitted.n_records_))
+        return fitted
+
+    monkeypatch.setattr(XGBCostModel, "_fit_prior", spy)
+    res = leave_one_family_out(records, "xgb", prior=donor, bands=True, **FAST)
+    assert set(res["models"]["model"]) == {"alpha", "alpha-base", "beta", "beta-base", "gamma"}
+    units = _units(records)
+    keys_of = {f: set(units.loc[units["model"].map(family) == f, "key"]) for f in ("alpha", "beta", "gamma")}
+    for (keys, families), donor_kernels in seen:
+        assert families and families <= set(keys_of)  # no fit of a fold trains its donor on everything
+        kept = ~units["key"].isin(keys) & ~units["model"].map(family).isin(families)
+        assert donor_kernels == kept.sum() < len(units) - len(set().union(*(keys_of[f] for f in families))) + 1
+    assert {frozenset(f) for (_, f), _ in seen} >= {frozenset([f]) for f in keys_of}  # the folds' own fits
+    assert any(len(f) == 2 for (_, f), _ in seen)  # the nested calibration holds out both families
+
+
 # -- Units from a real model, and ``autoplace train`` -----------------------------------------------------
 def test_features_from_a_real_unit_match_its_profile_record():
     from autoplace import zoo
